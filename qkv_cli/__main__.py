@@ -1,0 +1,3 @@
+from qkv_cli.cli import main
+
+main()
