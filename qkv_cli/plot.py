@@ -1,0 +1,65 @@
+"""Heatmaps with matplotlib's object API (Figure + Agg canvas; no pyplot, so start-up stays short)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from qkv_cli.export import atomic_write, check_output_path
+
+FORMATS = (".png", ".svg", ".pdf")
+MAX_TICKS = 40
+
+
+def _ticks(ax, row_labels, col_labels):
+    for labels, set_ticks, set_labels, rotation in (
+        (col_labels, ax.set_xticks, ax.set_xticklabels, 90),
+        (row_labels, ax.set_yticks, ax.set_yticklabels, 0),
+    ):
+        step = max(1, math.ceil(len(labels) / MAX_TICKS))
+        idx = list(range(0, len(labels), step))
+        set_ticks(idx)
+        set_labels([labels[i] for i in idx], rotation=rotation, fontsize=7)
+
+
+def draw_grid(panels, row_labels, col_labels, title, ncols=4):
+    """panels: list of (subtitle, weights (m, n), masked (m, n) bool). Returns a Figure."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    k = len(panels)
+    ncols = min(ncols, k)
+    nrows = math.ceil(k / ncols)
+    m, n = panels[0][1].shape
+    cell = min(0.35, 9.0 / max(m, n, 1))
+    side = max(2.6, cell * max(m, n) + 1.2)
+    fig = Figure(figsize=(ncols * side + 1.2, nrows * side + 0.9), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    image = None
+    for ax, (subtitle, weights, masked) in zip(axes.flat, panels, strict=False):
+        data = np.ma.masked_array(weights, mask=masked)
+        image = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
+        if masked.any():
+            ys, xs = np.nonzero(masked)
+            if len(xs) <= 4000:
+                ax.scatter(xs, ys, marker="x", s=max(2.0, 60.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
+        ax.set_title(subtitle, fontsize=9)
+        ax.set_xlabel("keys", fontsize=8)
+        ax.set_ylabel("queries", fontsize=8)
+        _ticks(ax, row_labels, col_labels)
+    for ax in list(axes.flat)[k:]:
+        ax.set_axis_off()
+    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (grey x = masked)")
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def save_figure(fig, path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    p = check_output_path(path, FORMATS)
+    FigureCanvasAgg(fig)
+    with atomic_write(p) as handle:
+        fig.savefig(handle, format=p.suffix.lower().lstrip("."), dpi=120)

@@ -1,0 +1,70 @@
+"""`qkv shapes`: the shape table, rendered with rich (no numpy, no tokenizers unless TEXT is given)."""
+
+from __future__ import annotations
+
+import json
+
+from qkv_cli.shapes import ITEMSIZE, as_json, matrices
+
+
+def count_tokens(text: str, tokenizer: str) -> int:
+    from qkv_cli.inputs import get_text
+    from qkv_cli.tokens import tokenize
+
+    return len(tokenize(get_text(text, None), tokenizer))
+
+
+def number(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M' (bytes: '1.23 MB'); 0 -> '-'."""
+    if not n:
+        return "-"
+    for suffix in ("", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000 or suffix == "P":
+            text = f"{n:.0f}" if suffix == "" else f"{n:.3g}"
+            return f"{text}{' ' if unit else ''}{suffix}{unit}"
+        n /= 1000
+    return str(n)
+
+
+def emit(text, d, tau, m, n, dtype, tokenizer, fmt) -> None:
+    from qkv_cli.errors import QkvError
+
+    if text is not None and m is not None:
+        raise QkvError("give either TEXT or --m, not both")
+    m = count_tokens(text, tokenizer) if text is not None else (30 if m is None else m)
+    mats = matrices(d, tau, m, n)
+    if fmt == "json":
+        print(json.dumps(as_json(d, tau, m, mats, n, dtype)))
+        return
+    if fmt != "table":
+        raise QkvError(f"--format {fmt} is not available for shapes: use table or json")
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    dk = d // tau
+    n = m if n is None else n
+    title = f"m={m} n={n} d={d} tau={tau} d_k=d/tau={dk} {dtype}; per-head matrices show one head, x = how many"
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
+    console = Console(highlight=False)
+    columns = ["matrix", "notation", "shape", "x", "params", "FLOPs", "bytes"]
+    wide = console.width >= 110
+    rows = []
+    for x in mats:
+        size = x.rows * x.cols * x.count * ITEMSIZE[dtype]
+        rows.append([x.name, x.notation, x.shape, f"x{x.count}", number(x.params), number(x.flops), number(size, "B")])
+        rows[-1] += [x.meaning] if wide else []
+    total = sum(x.rows * x.cols * x.count * ITEMSIZE[dtype] for x in mats)
+    rows.append(["total", "", "", "", number(sum(x.params for x in mats)), number(sum(x.flops for x in mats)),
+                 number(total, "B")] + ([""] if wide else []))
+    names = columns + (["meaning"] if wide else [])
+    widths = [max(len(col), *(len(r[k]) for r in rows)) for k, col in enumerate(names)]
+    room = console.width - sum(widths) - 3 * len(names) - 2 + widths[1] + (widths[-1] if wide else 0)
+    for k, col in enumerate(names):
+        squeeze = col in ("notation", "meaning")
+        table.add_column(col, justify="right" if col in columns[3:] else "left", no_wrap=True,
+                         min_width=None if squeeze else widths[k], max_width=max(8, room) if squeeze else None)
+    for r in rows:
+        table.add_row(*(Text(c) for c in r))
+    console.print(table)

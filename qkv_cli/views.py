@@ -1,0 +1,79 @@
+"""What each command shows: tables, JSON, CSV, NPZ and heatmaps of a pipeline Result."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+from qkv_cli.export import check_output_path
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def check_npz_path(path: str | None) -> None:
+    if path is not None:
+        check_output_path(path)
+
+
+def check_image_path(path: str) -> None:
+    from qkv_cli.plot import FORMATS
+
+    check_output_path(path, FORMATS)
+
+
+def default_text() -> str:
+    from qkv_cli.tokens import sample_text
+
+    return sample_text()
+
+
+def settings_line(result) -> str:
+    s = result.settings
+    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask")
+    return (
+        f"m={len(result.labels)} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) {mask} "
+        f"positions={s.positions} projection={s.projection} kernel={s.kernel} {s.dtype} seed={s.seed}"
+    )
+
+
+def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
+    """Print the result in the chosen format; then save the NPZ if asked."""
+    from qkv_cli import export, render
+    from qkv_cli.summary import head_summary
+
+    if fmt == "json":
+        sys.stdout.write(export.to_json(result, show, heads) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(export.to_csv(result, show, heads))
+    else:
+        out = console()
+        out.print(settings_line(result), style="bold")
+        parts, notes = render.result_views(result, show, heads, precision, out.width)
+        for part in parts:
+            out.print(part)
+        for note in notes:
+            out.print(note, style="italic")
+        if "weights" in show:
+            out.print(render.legend())
+        if result.empty_rows.any():
+            rows = ", ".join(str(i) for i in result.empty_rows.nonzero()[0][:10])
+            out.print(f"queries with every key masked (weights all 0): {rows}", style="yellow")
+        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows)
+        for row, j in zip(summary, heads, strict=True):
+            row["head"] = j
+        out.print(render.summary_table(summary))
+    if save_npz is not None:
+        path = export.save_npz(result, save_npz)
+        print(f"saved {path}", file=sys.stderr)
+
+
+def save_heatmap(result, heads, path) -> str:
+    from qkv_cli.plot import draw_grid, save_figure
+
+    panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
+    fig = draw_grid(panels, result.labels, result.key_labels, settings_line(result))
+    save_figure(fig, path)
+    return str(path)
