@@ -25,9 +25,9 @@ def check_image_path(path: str) -> None:
 
 
 def default_text() -> str:
-    from qkv_cli.tokens import sample_text
+    from qkv_cli.samples import default_text as sample
 
-    return sample_text()
+    return sample()
 
 
 def settings_line(result) -> str:
