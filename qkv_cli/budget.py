@@ -7,8 +7,22 @@ import re
 
 from qkv_cli.errors import QkvError, TooLargeError
 
-UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
-         "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1e3,
+    "kb": 1e3,
+    "m": 1e6,
+    "mb": 1e6,
+    "g": 1e9,
+    "gb": 1e9,
+    "t": 1e12,
+    "tb": 1e12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def physical_memory() -> int:
@@ -51,6 +65,4 @@ def attention_bytes(m: int, n: int, d: int, tau: int, itemsize: int, band: int |
 def check_budget(needed: int, max_memory: int, hints: str = "") -> None:
     if needed > max_memory:
         hint = f"; try {hints}" if hints else ""
-        raise TooLargeError(
-            f"this run needs about {human(needed)}, more than --max-memory {human(max_memory)}{hint}"
-        )
+        raise TooLargeError(f"this run needs about {human(needed)}, more than --max-memory {human(max_memory)}{hint}")

@@ -5,12 +5,16 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Annotated
 
-import click
 import typer
 from typer.core import TyperGroup
+
+try:  # typer >= 0.2x raises the exceptions of its own vendored click (and click may not be installed at all)
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer is built on click
+    from click import exceptions as click_exceptions
 
 from qkv_cli import __version__
 from qkv_cli.errors import QkvError
@@ -22,17 +26,20 @@ class QkvGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         code = 0
         try:
-            rv = super().main(args=args, prog_name=prog_name or "qkv", complete_var=complete_var,
-                              standalone_mode=False, **extra)
+            rv = super().main(
+                args=args, prog_name=prog_name or "qkv", complete_var=complete_var, standalone_mode=False, **extra
+            )
             code = rv if isinstance(rv, int) else 0
-        except click.UsageError as exc:
+        except NO_ARGS_IS_HELP as exc:  # `qkv` alone: the help, on stdout, as for --help
+            typer.echo(exc.format_message())
+        except click_exceptions.UsageError as exc:
             where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
-            code = fail(f"{where}{exc.format_message()}")
-        except click.ClickException as exc:
+            code = fail(f"{where}{usage_message(exc)}")
+        except click_exceptions.ClickException as exc:
             code = fail(exc.format_message())
         except QkvError as exc:
             code = fail(str(exc))
-        except click.exceptions.Abort:
+        except typer.Abort:
             code = fail("aborted", 130)
         except MemoryError:
             code = fail("out of memory: try --dtype float32, --window N, fewer heads or a shorter text")
@@ -46,6 +53,23 @@ class QkvGroup(TyperGroup):
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())
+
+
+def usage_message(exc) -> str:
+    """Click's message, plus the rejected value when typer's validator only says what it wanted."""
+    message = exc.format_message()
+    errors = getattr(exc.__cause__, "errors", None)  # typer validates with pydantic: the error holds the input
+    if isinstance(exc, click_exceptions.BadParameter) and callable(errors):
+        try:
+            value = errors()[0]["input"]
+        except (LookupError, TypeError, ValueError):
+            return message
+        if isinstance(value, str | int | float) and repr(str(value)) not in message:
+            return f"{message} (got {str(value)!r})"
+    return message
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -83,22 +107,22 @@ def root(
 # ---- choices ---------------------------------------------------------------------------------------------
 
 
-class Dtype(str, Enum):
+class Dtype(StrEnum):
     float64 = "float64"
     float32 = "float32"
 
 
-class Positions(str, Enum):
+class Positions(StrEnum):
     sinusoidal = "sinusoidal"
     none = "none"
 
 
-class Projection(str, Enum):
+class Projection(StrEnum):
     random = "random"
     identity = "identity"
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
@@ -118,7 +142,9 @@ CausalOpt = Annotated[bool, typer.Option("--causal", help="Causal mask V_<=i: qu
 WindowOpt = Annotated[
     int | None, typer.Option(min=1, help="Sliding window n_c: query i sees keys i-n_c+1..i (implies causal).")
 ]
-ScaleOpt = Annotated[str, typer.Option(help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number.")]
+ScaleOpt = Annotated[
+    str, typer.Option(help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number.")
+]
 PositionsOpt = Annotated[Positions, typer.Option(help="Add sinusoidal positional encodings to H, or none.")]
 ProjectionOpt = Annotated[
     Projection, typer.Option(help="random (seeded Glorot) W_j^q/k/v, or identity: Q = K = V = slices of H.")
@@ -157,9 +183,19 @@ class ModelOptions:
     def settings(self):
         from qkv_cli.config import Settings
 
-        return Settings(d=self.d, tau=self.tau, seed=self.seed, kernel=self.kernel, causal=self.causal,
-                        window=self.window, scale=self.scale, positions=self.positions.value,
-                        projection=self.projection.value, dtype=self.dtype.value, tokenizer=self.tokenizer)
+        return Settings(
+            d=self.d,
+            tau=self.tau,
+            seed=self.seed,
+            kernel=self.kernel,
+            causal=self.causal,
+            window=self.window,
+            scale=self.scale,
+            positions=self.positions.value,
+            projection=self.projection.value,
+            dtype=self.dtype.value,
+            tokenizer=self.tokenizer,
+        )
 
     def memory_limit(self) -> int | None:
         from qkv_cli.budget import parse_size
@@ -176,11 +212,19 @@ class ModelOptions:
 
 
 MODEL_OPTIONS = [
-    ("file", FileOpt, None), ("d", DOpt, 512), ("tau", TauOpt, 8), ("seed", SeedOpt, 0),
-    ("kernel", KernelOpt, "vectorized"), ("causal", CausalOpt, False), ("window", WindowOpt, None),
-    ("scale", ScaleOpt, "auto"), ("positions", PositionsOpt, Positions.sinusoidal),
-    ("projection", ProjectionOpt, Projection.random), ("dtype", DtypeOpt, Dtype.float64),
-    ("tokenizer", TokenizerOpt, "word"), ("max_memory", MaxMemoryOpt, None),
+    ("file", FileOpt, None),
+    ("d", DOpt, 512),
+    ("tau", TauOpt, 8),
+    ("seed", SeedOpt, 0),
+    ("kernel", KernelOpt, "vectorized"),
+    ("causal", CausalOpt, False),
+    ("window", WindowOpt, None),
+    ("scale", ScaleOpt, "auto"),
+    ("positions", PositionsOpt, Positions.sinusoidal),
+    ("projection", ProjectionOpt, Projection.random),
+    ("dtype", DtypeOpt, Dtype.float64),
+    ("tokenizer", TokenizerOpt, "word"),
+    ("max_memory", MaxMemoryOpt, None),
 ]
 
 
@@ -188,7 +232,9 @@ def model_options(func):
     """Give a command the shared model options; it receives them as one `opts: ModelOptions`."""
     sig = inspect.signature(func)
     own = [p for p in sig.parameters.values() if p.name != "opts"]
-    shared = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=v, annotation=a) for n, a, v in MODEL_OPTIONS]
+    shared = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=v, annotation=a) for n, a, v in MODEL_OPTIONS
+    ]
 
     @functools.wraps(func)
     def wrapper(**kwargs):

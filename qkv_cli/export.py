@@ -15,8 +15,17 @@ import numpy as np
 from qkv_cli.errors import QkvError
 
 SCHEMA = ("tokens", "H", "Wq", "Wk", "Wv", "Q", "K", "V", "scores", "mask", "weights", "heads", "Wo", "output")
-SHOW_NAMES = {"q": "Q", "k": "K", "v": "V", "scores": "scores", "mask": "mask", "weights": "weights",
-              "output": "output", "heads": "heads", "h": "H"}
+SHOW_NAMES = {
+    "q": "Q",
+    "k": "K",
+    "v": "V",
+    "scores": "scores",
+    "mask": "mask",
+    "weights": "weights",
+    "output": "output",
+    "heads": "heads",
+    "h": "H",
+}
 
 
 def check_output_path(path: str | Path, suffixes: tuple[str, ...] | None = None) -> Path:
@@ -67,8 +76,13 @@ def arrays(result) -> dict:
     out = {"tokens": np.array(list(result.tokens.strings), dtype=str)}
     for name in SCHEMA[1:]:
         out[name] = getattr(result, name)
-    out.update(d=np.int64(s.d), tau=np.int64(s.tau), scale=np.float64(result.scale), seed=np.int64(s.seed),
-               kernel=np.array(s.kernel))
+    out.update(
+        d=np.int64(s.d),
+        tau=np.int64(s.tau),
+        scale=np.float64(result.scale),
+        seed=np.int64(s.seed),
+        kernel=np.array(s.kernel),
+    )
     out.update(result.extra.get("arrays", {}))
     return out
 
@@ -83,9 +97,19 @@ def save_npz(result, path: str | Path) -> Path:
 def settings_dict(result) -> dict:
     s = result.settings
     return {
-        "d": s.d, "tau": s.tau, "d_k": s.d_k, "seed": s.seed, "kernel": s.kernel, "causal": s.causal_mask,
-        "window": s.window, "scale": result.scale, "scale_option": s.scale, "positions": s.positions,
-        "projection": s.projection, "dtype": s.dtype, "tokenizer": s.tokenizer,
+        "d": s.d,
+        "tau": s.tau,
+        "d_k": s.d_k,
+        "seed": s.seed,
+        "kernel": s.kernel,
+        "causal": s.causal_mask,
+        "window": s.window,
+        "scale": result.scale,
+        "scale_option": s.scale,
+        "positions": s.positions,
+        "projection": s.projection,
+        "dtype": s.dtype,
+        "tokenizer": s.tokenizer,
     }
 
 
@@ -104,8 +128,13 @@ def _nan_to_null(obj):
 
 
 def to_json(result, show, heads) -> str:
-    doc = {"tokens": list(result.tokens.strings), "labels": result.labels, "settings": settings_dict(result),
-           "heads_shown": list(heads), "matrices": {}}
+    doc = {
+        "tokens": list(result.tokens.strings),
+        "labels": result.labels,
+        "settings": settings_dict(result),
+        "heads_shown": list(heads),
+        "matrices": {},
+    }
     if result.key_labels != result.labels:
         doc["context_tokens"] = result.key_labels
     for name in show:
@@ -135,6 +164,15 @@ def to_csv(result, show, heads) -> str:
             for i in range(matrix.shape[0]):
                 for c in range(matrix.shape[1]):
                     v = matrix[i, c]
-                    writer.writerow([key, head, i, c, row_names[i], key_labels[c] if grid else "",
-                                     "-inf" if np.isneginf(v) else repr(float(v))])
+                    writer.writerow(
+                        [
+                            key,
+                            head,
+                            i,
+                            c,
+                            row_names[i],
+                            key_labels[c] if grid else "",
+                            "-inf" if np.isneginf(v) else repr(float(v)),
+                        ]
+                    )
     return buf.getvalue()

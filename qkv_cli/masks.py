@@ -32,8 +32,9 @@ def window_allowed(m: int, n_c: int):  # -> [m, m] bool
     return (j <= i) & (j > i - n_c)
 
 
-def build_mask(m: int, n: int | None = None, causal: bool = False, window: int | None = None,
-               dtype=np.float64):  # -> [m, n] additive, or None when every query sees every key
+def build_mask(
+    m: int, n: int | None = None, causal: bool = False, window: int | None = None, dtype=np.float64
+):  # -> [m, n] additive, or None when every query sees every key
     """The additive Mask for the chosen options; None means no masking at all."""
     n = m if n is None else n
     if window is not None:

@@ -107,14 +107,21 @@ def result_views(result, show, heads, precision=2, width=120, where=""):
                 rows = key_labels if key in ("K", "V") else labels
                 title = where + TITLES[key].format(j=j)
                 table, note = matrix_table(
-                    title, matrix, rows, cols, precision, width, weights=key == "weights",
+                    title,
+                    matrix,
+                    rows,
+                    cols,
+                    precision,
+                    width,
+                    weights=key == "weights",
                     masked=masked if is_grid else None,
                 )
                 parts.append(table)
                 notes.append(note)
         elif name == "mask":
-            table, note = matrix_table(where + "Mask (0 = may attend, -inf = may not)", result.mask, labels,
-                                       key_labels, 0, width)
+            table, note = matrix_table(
+                where + "Mask (0 = may attend, -inf = may not)", result.mask, labels, key_labels, 0, width
+            )
             parts.append(table)
             notes.append(note)
         elif name in ("h", "output"):

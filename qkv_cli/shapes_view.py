@@ -56,15 +56,30 @@ def emit(text, d, tau, m, n, dtype, tokenizer, fmt) -> None:
         rows.append([x.name, x.notation, x.shape, f"x{x.count}", number(x.params), number(x.flops), number(size, "B")])
         rows[-1] += [x.meaning] if wide else []
     total = sum(x.rows * x.cols * x.count * ITEMSIZE[dtype] for x in mats)
-    rows.append(["total", "", "", "", number(sum(x.params for x in mats)), number(sum(x.flops for x in mats)),
-                 number(total, "B")] + ([""] if wide else []))
+    rows.append(
+        [
+            "total",
+            "",
+            "",
+            "",
+            number(sum(x.params for x in mats)),
+            number(sum(x.flops for x in mats)),
+            number(total, "B"),
+        ]
+        + ([""] if wide else [])
+    )
     names = columns + (["meaning"] if wide else [])
     widths = [max(len(col), *(len(r[k]) for r in rows)) for k, col in enumerate(names)]
     room = console.width - sum(widths) - 3 * len(names) - 2 + widths[1] + (widths[-1] if wide else 0)
     for k, col in enumerate(names):
         squeeze = col in ("notation", "meaning")
-        table.add_column(col, justify="right" if col in columns[3:] else "left", no_wrap=True,
-                         min_width=None if squeeze else widths[k], max_width=max(8, room) if squeeze else None)
+        table.add_column(
+            col,
+            justify="right" if col in columns[3:] else "left",
+            no_wrap=True,
+            min_width=None if squeeze else widths[k],
+            max_width=max(8, room) if squeeze else None,
+        )
     for r in rows:
         table.add_row(*(Text(c) for c in r))
     console.print(table)

@@ -49,7 +49,9 @@ CASES = list(blocks(README.read_text(encoding="utf-8")))
 @pytest.mark.parametrize("command,expected", [(c, e) for _, c, e in CASES], ids=[c for _, c, _ in CASES])
 def test_readme_output_is_real(command, expected, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert run_cli(command) == normalize(expected), f"README output of `{command}` is stale: python tests/test_readme.py --update"
+    assert run_cli(command) == normalize(expected), (
+        f"README output of `{command}` is stale: python tests/test_readme.py --update"
+    )
 
 
 def test_readme_has_examples():
