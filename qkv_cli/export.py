@@ -54,6 +54,7 @@ def atomic_write(path: str | Path, mode: str = "wb"):
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, p)
     except OSError as exc:
         _remove(tmp)
@@ -61,6 +62,12 @@ def atomic_write(path: str | Path, mode: str = "wb"):
     except BaseException:
         _remove(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _remove(path: str) -> None:

@@ -36,11 +36,11 @@ def run_cli(command: str) -> str:
     args = shlex.split(command)[1:]
     env = {"COLUMNS": WIDTH, "TERM": "dumb", "NO_COLOR": "1"}
     result = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
-    return "\n".join(line.rstrip() for line in result.output.rstrip("\n").split("\n")) + "\n"
+    return normalize(result.output)
 
 
 def normalize(text: str) -> str:
-    return "\n".join(line.rstrip() for line in text.rstrip("\n").split("\n")) + "\n"
+    return "\n".join(line.rstrip() for line in text.rstrip().split("\n")) + "\n"
 
 
 CASES = list(blocks(README.read_text(encoding="utf-8")))
