@@ -39,9 +39,9 @@ def default_max_memory() -> int:
 
 def parse_size(text: str) -> int:
     """'4GB', '500 MiB', '1e9' -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = match.group(2).lower() if match else None
-    if not match or unit not in UNITS or float(match.group(1)) <= 0:
+    if not match or unit not in UNITS or not 0 < float(match.group(1)) * UNITS[unit] < 2**63:
         raise QkvError(f"--max-memory {text!r} is not a size: use e.g. 500MB, 4GB or 2GiB")
     return int(float(match.group(1)) * UNITS[unit])
 
@@ -59,10 +59,38 @@ def attention_bytes(m: int, n: int, d: int, tau: int, itemsize: int, band: int |
     cols = n if band is None else min(band, n)
     per_head = 3 * m * cols  # scores, weights, one temporary of the same size
     matrices = 4 * d * d + 6 * m * d + m * cols  # W's, H, Q, K, V, heads, output, mask
-    return (tau * per_head + matrices) * itemsize
+    draw = 8 * d * d  # the float64 Glorot draw behind W^o lives beside the finished matrices for a moment
+    return (tau * per_head + matrices) * itemsize + draw
 
 
-def check_budget(needed: int, max_memory: int, hints: str = "") -> None:
+def check_budget(needed: int, max_memory: int, hints: str = "", at_least: bool = False) -> None:
     if needed > max_memory:
         hint = f"; try {hints}" if hints else ""
-        raise TooLargeError(f"this run needs about {human(needed)}, more than --max-memory {human(max_memory)}{hint}")
+        about = "at least" if at_least else "about"
+        raise TooLargeError(f"this run needs {about} {human(needed)}, more than --max-memory {human(max_memory)}{hint}")
+
+
+PROBE_CHARS_PER_TOKEN = 16  # a prefix this many characters per allowed token nearly always holds more tokens
+
+
+def check_text(text: str, count, needed, max_memory: int, hints: str = "") -> None:
+    """Refuse a text far too long for the budget before tokenizing all of it (that alone can take minutes).
+
+    count(str) -> number of tokens; needed(m) -> bytes for m tokens (increasing in m). The weights alone are
+    checked first (m = 1); then a prefix of the text, cut at whitespace, is tokenized: its tokens are a lower
+    bound on the whole text's, so if even they do not fit, the run is refused with that (lower) estimate.
+    """
+    check_budget(needed(1), max_memory, hints)
+    lo, hi = 1, max(1, len(text))  # the largest m that fits lies in [lo, hi]
+    if needed(hi) <= max_memory:
+        return
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if needed(mid) <= max_memory else (lo, mid - 1)
+    probe = PROBE_CHARS_PER_TOKEN * (lo + 1)
+    if len(text) <= probe:
+        return
+    cut = max(text.rfind(" ", 0, probe), text.rfind("\n", 0, probe))
+    m = count(text[: cut if cut > 0 else probe])
+    if m > lo:
+        check_budget(needed(m), max_memory, hints, at_least=True)

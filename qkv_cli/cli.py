@@ -26,9 +26,7 @@ class QkvGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         code = 0
         try:
-            rv = super().main(
-                args=args, prog_name=prog_name or "qkv", complete_var=complete_var, standalone_mode=False, **extra
-            )
+            rv = super().main(args=args, prog_name="qkv", complete_var=complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
         except NO_ARGS_IS_HELP as exc:  # `qkv` alone: the help, on stdout, as for --help
             typer.echo(exc.format_message())
@@ -69,6 +67,8 @@ def usage_message(exc) -> str:
             return message
         if isinstance(value, str | int | float) and repr(str(value)) not in message:
             return f"{message} (got {str(value)!r})"
+    elif not isinstance(exc, click_exceptions.BadParameter) and exc.ctx is not None:  # unknown option or command
+        return f"{message} (try '{exc.ctx.command_path} --help')"
     return message
 
 
@@ -128,6 +128,22 @@ class Format(StrEnum):
     csv = "csv"
 
 
+class TableJson(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class Ablate(StrEnum):
+    q = "q"
+    k = "k"
+    v = "v"
+
+
+class AblateWith(StrEnum):
+    zeros = "zeros"
+    noise = "noise"
+
+
 SHOW_CHOICES = ("q", "k", "v", "scores", "mask", "weights", "output", "heads", "h")
 
 # ---- options, declared once ------------------------------------------------------------------------------
@@ -160,6 +176,26 @@ PrecisionOpt = Annotated[int, typer.Option(min=0, max=12, help="Digits after the
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or csv (on stdout).")]
 SaveNpzOpt = Annotated[str | None, typer.Option("--save-npz", help="Also save every matrix to this .npz file.")]
 OutOpt = Annotated[str, typer.Option("--out", "-o", help="Image file: .png, .svg or .pdf.")]
+TableJsonOpt = Annotated[TableJson, typer.Option("--format", help="table or json (on stdout).")]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", help="Cross-attention: keys and values from this text Y, queries from TEXT.")
+]
+ContextFileOpt = Annotated[
+    str | None, typer.Option("--context-file", help="Read the --context text from a UTF-8 file ('-' = stdin).")
+]
+KvHeadsOpt = Annotated[
+    int | None,
+    typer.Option("--kv-heads", min=1, help="Grouped-query attention: G key/value heads shared by the tau query heads."),
+]
+MaskFileOpt = Annotated[
+    str | None, typer.Option("--mask-file", help="Custom m x n mask: .npy boolean or a 0/1 text grid; 1 = may attend.")
+]
+AblateOpt = Annotated[
+    Ablate | None, typer.Option("--ablate", help="Replace Q, K or V (a projection's output) to see what changes.")
+]
+AblateWithOpt = Annotated[
+    AblateWith, typer.Option("--ablate-with", help="zeros, or seeded noise with the matrix's own std.")
+]
 
 
 @dataclass
@@ -179,6 +215,12 @@ class ModelOptions:
     dtype: Dtype
     tokenizer: str
     max_memory: str | None
+    context: str | None = None
+    context_file: str | None = None
+    kv_heads: int | None = None
+    mask_file: str | None = None
+    ablate: Ablate | None = None
+    ablate_with: AblateWith = AblateWith.zeros
 
     def settings(self):
         from qkv_cli.config import Settings
@@ -195,6 +237,9 @@ class ModelOptions:
             projection=self.projection.value,
             dtype=self.dtype.value,
             tokenizer=self.tokenizer,
+            kv_heads=self.kv_heads,
+            ablate=None if self.ablate is None else self.ablate.value,
+            ablate_with=self.ablate_with.value,
         )
 
     def memory_limit(self) -> int | None:
@@ -208,7 +253,30 @@ class ModelOptions:
         from qkv_cli.pipeline import run
 
         settings, limit = self.settings(), self.memory_limit()
-        return run(get_text(text, self.file, default), settings, max_memory=limit)
+        extras = self.learning_inputs(settings, text)
+        return run(get_text(text, self.file, default), settings, max_memory=limit, **extras)
+
+    def learning_inputs(self, settings, text: str | None = None) -> dict:
+        """--context / --context-file and --mask-file, checked and read before the text."""
+        from qkv_cli.learn import read_inputs
+
+        return read_inputs(settings, self.context, self.context_file, self.mask_file, text == "-" or self.file == "-")
+
+    def compute_each(self, text: str | None, default: str | None = None) -> list:
+        """One Result per line of --file (one sentence per line), or one Result for TEXT."""
+        from qkv_cli.learn import run_lines
+
+        if self.file is None or text is not None:
+            return [self.compute(text, default)]
+        settings = self.settings()
+        return run_lines(self.file, settings, self.memory_limit(), self.learning_inputs(settings))
+
+    def compute_batch(self, text: str | None):
+        """--batch: one sentence per line of TEXT or --file, padded to the longest."""
+        from qkv_cli.learn import run_batch_text
+
+        settings = self.settings()
+        return run_batch_text(text, self.file, settings, self.memory_limit(), self.learning_inputs(settings, text))
 
 
 MODEL_OPTIONS = [
@@ -225,15 +293,26 @@ MODEL_OPTIONS = [
     ("dtype", DtypeOpt, Dtype.float64),
     ("tokenizer", TokenizerOpt, "word"),
     ("max_memory", MaxMemoryOpt, None),
+    ("context", ContextOpt, None),
+    ("context_file", ContextFileOpt, None),
+    ("kv_heads", KvHeadsOpt, None),
+    ("mask_file", MaskFileOpt, None),
+    ("ablate", AblateOpt, None),
+    ("ablate_with", AblateWithOpt, AblateWith.zeros),
 ]
 
 
-def model_options(func):
-    """Give a command the shared model options; it receives them as one `opts: ModelOptions`."""
+def model_options(func=None, **defaults):
+    """Give a command the shared model options; it receives them as one `opts: ModelOptions`.
+
+    `@model_options(d=8, tau=2)` changes the defaults for one command (qkv explain)."""
+    if func is None:
+        return functools.partial(model_options, **defaults)
     sig = inspect.signature(func)
     own = [p for p in sig.parameters.values() if p.name != "opts"]
     shared = [
-        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=v, annotation=a) for n, a, v in MODEL_OPTIONS
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n, v), annotation=a)
+        for n, a, v in MODEL_OPTIONS
     ]
 
     @functools.wraps(func)
@@ -277,12 +356,19 @@ def run(
     precision: PrecisionOpt = 2,
     format: FormatOpt = Format.table,
     save_npz: SaveNpzOpt = None,
+    batch: Annotated[
+        bool, typer.Option("--batch", help="One sentence per line: run together, padded to the longest, pads masked.")
+    ] = False,
 ):
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices)."""
     from qkv_cli import views
 
     names, heads = parse_show(show), parse_heads(head, opts.tau)
     views.check_npz_path(save_npz)
+    if batch:
+        from qkv_cli.learn_views import emit_batch
+
+        return emit_batch(opts.compute_batch(text), names, heads, precision, format.value, save_npz)
     result = opts.compute(text)
     views.emit(result, names, heads, precision, format.value, save_npz)
 
@@ -315,11 +401,76 @@ def shapes(
     dtype: DtypeOpt = Dtype.float64,
     tokenizer: TokenizerOpt = "word",
     format: Annotated[Format, typer.Option("--format", help="table or json.")] = Format.table,
+    kv_heads: KvHeadsOpt = None,
+    context: ContextOpt = None,
+    context_file: ContextFileOpt = None,
 ):
     """Print the shape, parameters, FLOPs and bytes of every matrix in masked multi-head attention."""
     from qkv_cli import shapes_view
+    from qkv_cli.cross import get_context
 
-    shapes_view.emit(text, d, tau, m, n, dtype.value, tokenizer, format.value)
+    context = get_context(context, context_file, text == "-")
+    shapes_view.emit(text, d, tau, m, n, dtype.value, tokenizer, format.value, kv_heads=kv_heads, context=context)
+
+
+@app.command(epilog="Example: qkv explain 'the cat sat' --query 1")
+@model_options(d=8, tau=2)
+def explain(
+    text: TextArg = None,
+    *,
+    opts: ModelOptions,
+    head: Annotated[int, typer.Option("--head", min=0, help="The head to walk through, 0..tau-1.")] = 0,
+    query: Annotated[
+        int | None, typer.Option("--query", min=0, help="Zoom into query I: each q_i . k_t, softmax, sum of v_t.")
+    ] = None,
+    precision: PrecisionOpt = 2,
+    format: TableJsonOpt = TableJson.table,
+):
+    """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o."""
+    from qkv_cli import explain_view
+    from qkv_cli.explain import check_head
+
+    check_head(head, opts.tau)
+    result = opts.compute(text, default=explain_view.default_text())
+    explain_view.emit(result, head, query, precision, format.value)
+
+
+@app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
+def mask(
+    text: TextArg = None,
+    file: FileOpt = None,
+    causal: CausalOpt = False,
+    window: WindowOpt = None,
+    context: ContextOpt = None,
+    context_file: ContextFileOpt = None,
+    mask_file: MaskFileOpt = None,
+    pad_to: Annotated[
+        int | None, typer.Option("--pad-to", min=1, help="Pad the keys with [PAD] to this length, as a batch does.")
+    ] = None,
+    tokenizer: TokenizerOpt = "word",
+    format: TableJsonOpt = TableJson.table,
+):
+    """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample."""
+    from qkv_cli import learn
+
+    learn.mask_command(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer, format.value)
+
+
+@app.command(epilog="Example: qkv heads --file sample_texts/coreference.txt --d 64 --tau 4")
+@model_options
+def heads(
+    text: TextArg = None,
+    *,
+    opts: ModelOptions,
+    format: FormatOpt = Format.table,
+):
+    """Head roles: entropy, distance, share on self / previous / first token, and a label per head.
+
+    With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
+    from qkv_cli import learn, views
+
+    results = opts.compute_each(text, default=views.default_text())
+    learn.emit_roles(results, format.value)
 
 
 def main():

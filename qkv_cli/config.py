@@ -9,6 +9,8 @@ from qkv_cli.errors import QkvError
 DTYPES = ("float64", "float32")
 POSITIONS = ("sinusoidal", "none")
 PROJECTIONS = ("random", "identity")
+ABLATE = ("q", "k", "v")
+ABLATE_WITH = ("zeros", "noise")
 MAX_WIDTH = 1 << 20  # d or tau beyond a million is a typo, not an experiment
 
 
@@ -30,7 +32,8 @@ def check_sizes(d: int, tau: int, kv_heads: int | None = None) -> int:
     if d % tau:
         raise QkvError(f"d ({d}) must be divisible by tau ({tau}): each head has width d/tau")
     if kv_heads is not None and (kv_heads < 1 or tau % kv_heads):
-        raise QkvError(f"--kv-heads ({kv_heads}) must divide tau ({tau})")
+        ok = ", ".join(str(g) for g in range(1, tau + 1) if tau % g == 0) if tau <= 4096 else "a divisor of tau"
+        raise QkvError(f"--kv-heads ({kv_heads}) must divide tau ({tau}): use one of {ok}")
     return d // tau
 
 
@@ -49,9 +52,15 @@ class Settings:
     projection: str = "random"
     dtype: str = "float64"
     tokenizer: str = "word"
+    kv_heads: int | None = None  # G key/value heads shared by the tau query heads (grouped-query attention)
+    ablate: str | None = None  # q, k or v: replace that projection's output (see qkv_cli.ablate)
+    ablate_with: str = "zeros"  # zeros or noise
 
     def __post_init__(self):
-        check_sizes(self.d, self.tau)
+        check_sizes(self.d, self.tau, self.kv_heads)
+        if self.ablate is not None:
+            check_choice("--ablate", self.ablate, ABLATE)
+        check_choice("--ablate-with", self.ablate_with, ABLATE_WITH)
         check_choice("dtype", self.dtype, DTYPES)
         check_choice("positions", self.positions, POSITIONS)
         check_choice("projection", self.projection, PROJECTIONS)
@@ -65,6 +74,11 @@ class Settings:
     @property
     def d_k(self) -> int:
         return self.d // self.tau
+
+    @property
+    def G(self) -> int:
+        """Key/value heads: tau unless --kv-heads is given."""
+        return self.tau if self.kv_heads is None else self.kv_heads
 
     @property
     def causal_mask(self) -> bool:

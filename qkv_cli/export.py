@@ -117,6 +117,9 @@ def settings_dict(result) -> dict:
         "projection": s.projection,
         "dtype": s.dtype,
         "tokenizer": s.tokenizer,
+        "kv_heads": getattr(s, "G", s.tau),
+        "ablate": getattr(s, "ablate", None),
+        "ablate_with": getattr(s, "ablate_with", None),
     }
 
 
@@ -140,10 +143,12 @@ def to_json(result, show, heads) -> str:
         "labels": result.labels,
         "settings": settings_dict(result),
         "heads_shown": list(heads),
+        "fully_masked_queries": [int(i) for i in result.empty_rows.nonzero()[0]],  # their weights are all 0
         "matrices": {},
     }
     if result.key_labels != result.labels:
         doc["context_tokens"] = result.key_labels
+    doc.update(result.extra.get("json", {}))  # e.g. "ablation": what --ablate changed
     for name in show:
         key = SHOW_NAMES[name]
         arr = getattr(result, key)

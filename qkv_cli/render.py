@@ -38,6 +38,7 @@ def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, 
     label_w = min(LABEL_WIDTH, max([len(x) for x in row_labels] + [3]))
     n_rows = fit(rows, MAX_ROWS)
     n_cols = fit(cols, (width - label_w - 6) // (cell + 1))
+    title = Text(title, style="table.title", no_wrap=True, overflow="ignore") if title else None  # never wrapped
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, title_justify="left")
     table.add_column(Text(""), justify="left", no_wrap=True, min_width=label_w, max_width=label_w)
     for j in range(n_cols):
@@ -52,8 +53,8 @@ def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, 
                 cells.append(Text(f"{v:.{precision}f}", style=shade(v)))
             elif np.isneginf(v):
                 cells.append(Text("-inf", style="dim"))
-            else:
-                cells.append(Text(f"{v:.{precision}f}"))
+            else:  # a huge value (a huge --scale) in exponent form: fixed point would be cut off unreadably
+                cells.append(Text(f"{v:.{precision}f}" if abs(v) < 1e6 else f"{v:.{max(precision, 1)}e}"))
         table.add_row(*cells)
     note = None
     if n_rows < rows or n_cols < cols:
@@ -73,8 +74,8 @@ def summary_table(summary, title="Per-head summary") -> Table:
             str(row["head"]),
             f"{row['entropy']:.3f}",
             f"{row['max_weight']:.3f}",
-            f"{row['mean_distance']:.2f}",
-            f"{row['self_share']:.3f}",
+            "-" if row["mean_distance"] != row["mean_distance"] else f"{row['mean_distance']:.2f}",  # nan: m != n
+            "-" if row["self_share"] != row["self_share"] else f"{row['self_share']:.3f}",
         )
     return table
 
@@ -105,7 +106,9 @@ def result_views(result, show, heads, precision=2, width=120, where=""):
                 is_grid = key in ("scores", "weights")
                 cols = key_labels if is_grid else [f"{c}" for c in range(matrix.shape[1])]
                 rows = key_labels if key in ("K", "V") else labels
-                title = where + TITLES[key].format(j=j)
+                title = where + TITLES[key].format(j=kv)  # K, V: the key/value head (grouped-query attention)
+                if key in ("K", "V") and "H_context" in result.extra.get("arrays", {}):
+                    title = title.replace("= H W", "= Y W")  # cross-attention: keys and values from the context
                 table, note = matrix_table(
                     title,
                     matrix,

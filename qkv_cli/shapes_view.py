@@ -26,15 +26,23 @@ def number(n: float, unit: str = "") -> str:
     return str(n)
 
 
-def emit(text, d, tau, m, n, dtype, tokenizer, fmt) -> None:
+def emit(text, d, tau, m, n, dtype, tokenizer, fmt, kv_heads=None, context=None) -> None:
     from qkv_cli.errors import QkvError
 
     if text is not None and m is not None:
         raise QkvError("give either TEXT or --m, not both")
+    if context is not None and n is not None:
+        raise QkvError("give either --context (n = its tokens) or --n, not both")
     m = count_tokens(text, tokenizer) if text is not None else (30 if m is None else m)
-    mats = matrices(d, tau, m, n)
+    n = count_tokens(context, tokenizer) if context is not None else n  # cross-attention: n = context tokens
+    mats = matrices(d, tau, m, n, kv_heads)
     if fmt == "json":
-        print(json.dumps(as_json(d, tau, m, mats, n, dtype)))
+        doc = as_json(d, tau, m, mats, n, dtype)
+        if kv_heads is not None:
+            from qkv_cli.learn_views import gqa_doc
+
+            doc.update(gqa_doc(d, tau, kv_heads))
+        print(json.dumps(doc))
         return
     if fmt != "table":
         raise QkvError(f"--format {fmt} is not available for shapes: use table or json")
@@ -83,3 +91,8 @@ def emit(text, d, tau, m, n, dtype, tokenizer, fmt) -> None:
     for r in rows:
         table.add_row(*(Text(c) for c in r))
     console.print(table)
+    if kv_heads is not None:
+        from qkv_cli.learn_views import gqa_lines
+
+        for line in gqa_lines(d, tau, kv_heads, ITEMSIZE[dtype]):
+            console.print(Text(line))

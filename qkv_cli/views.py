@@ -36,7 +36,14 @@ def settings_line(result) -> str:
     return (
         f"m={len(result.labels)} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) {mask} "
         f"positions={s.positions} projection={s.projection} kernel={s.kernel} {s.dtype} seed={s.seed}"
-    )
+    ) + learning_suffix(result)
+
+
+def learning_suffix(result) -> str:
+    """Cross-attention, grouped-query heads, custom masks and ablation, when used."""
+    from qkv_cli.learn_views import settings_suffix
+
+    return settings_suffix(result)
 
 
 def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
@@ -58,10 +65,15 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
             out.print(note, style="italic")
         if "weights" in show:
             out.print(render.legend())
+        if "ablation" in result.extra:
+            from qkv_cli.ablate import describe
+
+            out.print(describe(result.extra["ablation"]), style="yellow")
         if result.empty_rows.any():
             rows = ", ".join(str(i) for i in result.empty_rows.nonzero()[0][:10])
             out.print(f"queries with every key masked (weights all 0): {rows}", style="yellow")
-        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows)
+        cross = "H_context" in result.extra.get("arrays", {})  # cross-attention: no distance, no self share
+        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows, cross=cross)
         for row, j in zip(summary, heads, strict=True):
             row["head"] = j
         out.print(render.summary_table(summary))

@@ -1,0 +1,189 @@
+"""`qkv explain`: the computation of one head, step by step, in the notation of the README.
+
+The trace recomputes every step from the run's inputs (H, W_j^q, W_j^k, W_j^v, Mask, scale, W^o) with the plain
+formulas, one line each, so a reader can check the numbers against `qkv run` (a test does).
+NumPy only: rendering lives in qkv_cli.explain_view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qkv_cli.errors import QkvError
+
+
+@dataclass
+class Step:
+    """One matrix of the walk-through."""
+
+    name: str  # the export name (H, Wq, Q, scores, ...)
+    formula: str  # in the README's notation
+    matrix: np.ndarray  # 2-D
+    rows: list[str]  # row labels
+    cols: list[str]  # column labels
+    note: str = ""
+    grid: bool = False  # a queries x keys grid (scores, mask, weights)
+
+    @property
+    def shape(self) -> str:
+        return f"{self.matrix.shape[0]} x {self.matrix.shape[1]}"
+
+
+@dataclass
+class Trace:
+    head: int
+    kv_head: int
+    steps: list[Step] = field(default_factory=list)
+
+    def __getitem__(self, name: str) -> Step:
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(name)
+
+
+def softmax_rows(x):  # [m, n] -> [m, n]: exp(x_t - max) / sum_t exp(x_t - max); an all -inf row gives zeros
+    top = np.max(x, axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    e = np.exp(x - top)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def head_of(j: int, tau: int, G: int) -> int:
+    """Grouped-query attention: query head j reads key/value head j // (tau / G)."""
+    return j // (tau // G)
+
+
+def check_head(head: int, tau: int) -> None:
+    if not 0 <= head < tau:
+        raise QkvError(f"--head {head} does not exist: heads are numbered 0..{tau - 1}")
+
+
+def numbered(k: int, prefix: str = "") -> list[str]:
+    return [f"{prefix}{c}" for c in range(k)]
+
+
+def trace(result, head: int = 0) -> Trace:
+    """Every step of head `head` for a pipeline Result, recomputed with the textbook formulas."""
+    s = result.settings
+    tau = result.Q.shape[0]
+    G = result.K.shape[0]
+    check_head(head, tau)
+    g = head_of(head, tau, G)
+    j = head
+    X = result.H  # queries come from X (the text)
+    ctx = result.extra.get("arrays", {}).get("H_context")
+    Y = X if ctx is None else ctx  # keys and values from Y (the context in cross-attention)
+    d = X.shape[1]
+    dk = result.Q.shape[2]
+    rows, keys = result.labels, result.key_labels
+    feat_d, feat_k = numbered(d), numbered(dk)
+    ablated = getattr(s, "ablate", None)
+    shared = f" (shared by query heads {g * (tau // G)}..{(g + 1) * (tau // G) - 1})" if G != tau else ""
+    kvj = f"{g}" if G != tau else f"{j}"
+
+    def projected(letter, H, W):
+        if ablated == letter.lower():
+            return getattr(result, letter)[j if letter == "Q" else g], f"ablated: replaced by {s.ablate_with}"
+        return H @ W, ""
+
+    Wq, Wk, Wv = result.Wq[j], result.Wk[g], result.Wv[g]
+    Q, q_note = projected("Q", X, Wq)  # (m, d) x (d, dk) -> (m, dk)
+    K, k_note = projected("K", Y, Wk)  # (n, d) x (d, dk) -> (n, dk)
+    V, v_note = projected("V", Y, Wv)
+    scale = result.scale
+    scores = (Q @ K.T) * scale  # (m, dk) x (dk, n) -> (m, n)
+    mask = result.mask
+    alpha = softmax_rows(scores + mask)
+    head_out = alpha @ V  # (m, n) x (n, dk) -> (m, dk)
+
+    # every head's output, by the same formulas, for concat(head_1..head_tau) W^o
+    outs = []
+    for h in range(tau):
+        gh = head_of(h, tau, G)
+        Qh = result.Q[h] if ablated == "q" else X @ result.Wq[h]
+        Kh = result.K[gh] if ablated == "k" else Y @ result.Wk[gh]
+        Vh = result.V[gh] if ablated == "v" else Y @ result.Wv[gh]
+        outs.append(softmax_rows((Qh @ Kh.T) * scale + mask) @ Vh)
+    concat = np.concatenate(outs, axis=1)  # (m, tau * dk) = (m, d)
+    output = concat @ result.Wo  # (m, d) x (d, d) -> (m, d)
+
+    positions = "token vectors + sinusoidal positions" if s.positions == "sinusoidal" else "token vectors"
+    scale_text = {"auto": "1/sqrt(d_k)", "none": "1", "sqrt": "sqrt(d_k), the misprint"}.get(s.scale, "given")
+    steps = [Step("H", "H: one row per token", X, rows, feat_d, positions)]
+    if ctx is not None:
+        steps.append(
+            Step(
+                "H_context",
+                "Y: one row per context token (cross-attention)",
+                Y,
+                keys,
+                feat_d,
+                "keys and values come from Y, queries from H",
+            )
+        )
+    steps += [
+        Step("Wq", f"W_{j}^q (learned in a real model; seeded here)", Wq, feat_d, feat_k, s.projection),
+        Step("Wk", f"W_{kvj}^k{shared}", Wk, feat_d, feat_k, s.projection),
+        Step("Wv", f"W_{kvj}^v{shared}", Wv, feat_d, feat_k, s.projection),
+        Step("Q", f"Q^[{j}] = H W_{j}^q", Q, rows, feat_k, q_note),
+        Step("K", f"K^[{kvj}] = {'Y' if ctx is not None else 'H'} W_{kvj}^k", K, keys, feat_k, k_note),
+        Step("V", f"V^[{kvj}] = {'Y' if ctx is not None else 'H'} W_{kvj}^v", V, keys, feat_k, v_note),
+        Step(
+            "scores",
+            f"S = Q^[{j}] K^[{kvj}]^T * scale, scale = {scale:.4g} = {scale_text}",
+            scores,
+            rows,
+            keys,
+            "before the mask",
+            grid=True,
+        ),
+        Step("mask", "Mask: 0 = may attend, -inf = may not", mask, rows, keys, grid=True),
+        Step("weights", "alpha = Softmax(S + Mask), row by row: each row sums to 1", alpha, rows, keys, grid=True),
+        Step("heads", f"head_{j} = alpha V^[{kvj}]: row i is a weighted sum of the rows of V", head_out, rows, feat_k),
+        Step("concat", f"concat(head_0..head_{tau - 1}): every head's output side by side", concat, rows, feat_d),
+        Step("Wo", "W^o", result.Wo, feat_d, feat_d, s.projection),
+        Step("output", "output = concat(heads) W^o", output, rows, feat_d),
+    ]
+    return Trace(head=j, kv_head=g, steps=steps)
+
+
+def _zoom(i, labels, q, K, V, mask, dots, scale) -> dict:
+    scaled = dots * scale
+    score = scaled + mask
+    finite = score[np.isfinite(score)]
+    top = float(finite.max()) if finite.size else 0.0
+    e = np.where(np.isfinite(score), np.exp(np.where(np.isfinite(score), score, 0.0) - top), 0.0)
+    total = float(e.sum())
+    alpha = e / total if total > 0 else np.zeros_like(e)
+    terms = alpha[:, None] * V  # alpha_t v_t, one row per key
+    return {
+        "query": i,
+        "token": labels[i],
+        "q": q,
+        "scale": scale,
+        "dot": dots,
+        "scaled": scaled,
+        "mask": mask,
+        "score": score,
+        "max": top,
+        "exp": e,
+        "sum": total,
+        "weights": alpha,
+        "V": V,
+        "terms": terms,
+        "output": terms.sum(axis=0),
+    }
+
+
+def query_zoom(tr: Trace, i: int, labels, scale: float) -> dict:
+    """Query i of the traced head (see zoom), with the run's scale given explicitly."""
+    m = tr["Q"].matrix.shape[0]
+    if not 0 <= i < m:
+        raise QkvError(f"--query {i} does not exist: queries are numbered 0..{m - 1} (the text has {m} tokens)")
+    q = tr["Q"].matrix[i]
+    K, V = tr["K"].matrix, tr["V"].matrix
+    return _zoom(i, labels, q, K, V, tr["mask"].matrix[i], K @ q, scale)

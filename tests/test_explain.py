@@ -1,0 +1,147 @@
+"""`qkv explain`: the step-by-step trace agrees with `qkv run` on the same settings, and --query adds up."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from qkv_cli.cli import app
+from qkv_cli.config import Settings
+from qkv_cli.explain import query_zoom, softmax_rows, trace
+from qkv_cli.pipeline import run
+
+runner = CliRunner()
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args), env={"COLUMNS": "100"})
+
+
+def as_array(x):
+    return np.array([[np.nan if v is None else v for v in row] for row in x], dtype=float)
+
+
+CASES = [
+    [],
+    ["--causal"],
+    ["--window", "2", "--head", "1"],
+    ["--kv-heads", "1", "--head", "1"],
+    ["--context", "le chat noir mange"],
+    ["--scale", "sqrt", "--kernel", "loop"],
+    ["--ablate", "k", "--ablate-with", "noise"],
+]
+
+
+@pytest.mark.parametrize("extra", CASES, ids=[" ".join(c) or "defaults" for c in CASES])
+def test_explain_agrees_with_run(extra):
+    """Every matrix of the trace equals what `qkv run --format json` prints for the same settings."""
+    text = "the cat sat on it"
+    e = invoke("explain", text, "--format", "json", *extra)
+    assert e.exit_code == 0, e.output
+    doc = json.loads(e.stdout)
+    head = doc["head"]
+    shared = [x for k, x in enumerate(extra) if x != "--head" and (k == 0 or extra[k - 1] != "--head")]
+    show = "h,q,k,v,scores,mask,weights,heads,output"
+    r = invoke("run", text, "--d", "8", "--tau", "2", "--format", "json", "--head", str(head), "--show", show, *shared)
+    assert r.exit_code == 0, r.output
+    ran = json.loads(r.stdout)
+    assert ran["settings"] == doc["settings"]
+    steps, mats = doc["steps"], ran["matrices"]
+    g = doc["kv_head"]
+    pairs = {
+        "H": mats["H"],
+        "Q": mats["Q"][0],
+        "K": mats["K"][g],
+        "V": mats["V"][g],
+        "scores": mats["scores"][0],
+        "mask": mats["mask"],
+        "weights": mats["weights"][0],
+        "heads": mats["heads"][0],
+        "output": mats["output"],
+    }
+    for name, expected in pairs.items():
+        np.testing.assert_allclose(
+            as_array(steps[name]["matrix"]), as_array(expected), rtol=0, atol=1e-12, err_msg=name
+        )
+
+
+def test_explain_defaults_are_small_and_walk_every_step():
+    r = invoke("explain", "the cat sat")
+    assert r.exit_code == 0, r.output
+    assert "d=8 tau=2 d_k=4" in r.output
+    for piece in (
+        "H: one row per token",
+        "W_0^q",
+        "W_0^k",
+        "W_0^v",
+        "Q^[0] = H W_0^q",
+        "K^[0] = H W_0^k",
+        "V^[0] = H W_0^v",
+        "S = Q^[0] K^[0]^T * scale",
+        "Mask",
+        "alpha = Softmax(S + Mask)",
+        "head_0 = alpha V^[0]",
+        "concat(head_0..head_1)",
+        "W^o",
+        "output = concat(heads) W^o",
+    ):
+        assert piece in r.output, piece
+    assert "Step 14." in r.output
+
+
+def test_explain_without_text_uses_a_sample():
+    r = invoke("explain", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)["tokens"]) > 3
+
+
+def test_trace_core_matches_pipeline_and_concat_holds_every_head():
+    res = run("a b c d", Settings(d=12, tau=3, causal=True))
+    tr = trace(res, head=2)
+    np.testing.assert_allclose(tr["weights"].matrix, res.weights[2], atol=1e-12)
+    np.testing.assert_allclose(tr["concat"].matrix[:, 8:12], res.heads[2], atol=1e-12)
+    np.testing.assert_allclose(tr["output"].matrix, res.output, atol=1e-12)
+    assert tr["concat"].matrix.shape == (4, 12)
+
+
+def test_query_zoom_adds_up():
+    res = run("the cat sat on it", Settings(d=8, tau=2, window=2))
+    tr = trace(res, 1)
+    z = query_zoom(tr, 3, res.labels, res.scale)
+    np.testing.assert_allclose(z["dot"], res.Q[1, 3] @ res.K[1].T, atol=1e-12)
+    np.testing.assert_allclose(z["weights"], res.weights[1, 3], atol=1e-12)
+    np.testing.assert_allclose(z["terms"].sum(axis=0), res.heads[1, 3], atol=1e-12)
+    assert z["weights"][0] == 0 and np.isneginf(z["score"][0])  # outside the window: exactly zero
+    assert z["weights"].sum() == pytest.approx(1.0)
+
+
+def test_explain_query_table_shows_each_term():
+    r = invoke("explain", "the cat sat", "--query", "2", "--causal")
+    assert r.exit_code == 0, r.output
+    for piece in ("Query i=2", "q_2 . k_t", "* scale", "+ Mask_2,t", "exp(s_t - max)", "alpha_2,t v_t", "sum"):
+        assert piece in r.output, piece
+    r = invoke("explain", "the cat sat", "--query", "0", "--causal", "--format", "json")
+    q = json.loads(r.stdout)["query"]
+    assert q["weights"] == [1.0, 0.0, 0.0] and q["mask"] == [0.0, None, None]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--query", "9"], "--query 9 does not exist: queries are numbered 0..2"),
+        (["--head", "2"], "--head 2 does not exist: heads are numbered 0..1"),
+        (["--format", "csv"], "'csv' is not one of"),
+        (["--d", "9"], "d (9) must be divisible by tau (2)"),
+    ],
+)
+def test_explain_errors(args, message):
+    r = invoke("explain", "a b c", *args)
+    assert r.exit_code == 2
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_softmax_rows_masked_row_is_zero():
+    x = np.array([[0.0, -np.inf], [-np.inf, -np.inf]])
+    np.testing.assert_array_equal(softmax_rows(x), [[1.0, 0.0], [0.0, 0.0]])
