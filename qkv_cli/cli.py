@@ -74,6 +74,8 @@ def usage_message(exc) -> str:
 
 def fail(message: str, code: int = 2) -> int:
     line = " ".join(str(message).split())
+    if not line.isprintable():  # a NUL or an escape sequence from user input must not reach the terminal raw
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
     sys.stderr.write(f"qkv: error: {line}\n")
     sys.stderr.flush()
     return code
@@ -247,13 +249,19 @@ class ModelOptions:
 
         return None if self.max_memory is None else parse_size(self.max_memory)
 
-    def compute(self, text: str | None, default: str | None = None):
-        """Validate everything cheap first, then read the text and run the pipeline."""
+    def compute(self, text: str | None, default: str | None = None, band_ok: bool = False):
+        """Validate everything cheap first, then read the text and run the pipeline.
+
+        band_ok: a long text under --window may keep only the band of the weights (a longdoc.BandResult)."""
         from qkv_cli.inputs import get_text
         from qkv_cli.pipeline import run
 
         settings, limit = self.settings(), self.memory_limit()
         extras = self.learning_inputs(settings, text)
+        if band_ok and settings.window is not None and not extras and settings.ablate is None:
+            from qkv_cli import longdoc
+
+            return longdoc.run(get_text(text, self.file, default), settings, max_memory=limit)
         return run(get_text(text, self.file, default), settings, max_memory=limit, **extras)
 
     def learning_inputs(self, settings, text: str | None = None) -> dict:
@@ -334,6 +342,10 @@ def parse_show(show: str) -> list[str]:
 
 
 def parse_heads(head: list[int] | None, tau: int) -> list[int]:
+    from qkv_cli.config import MAX_WIDTH
+
+    if tau > MAX_WIDTH:  # Settings refuses it too; here, before a list of tau heads is built
+        raise QkvError(f"tau ({tau}) is too large: at most {MAX_WIDTH}")
     if not head:
         return list(range(tau))
     bad = [j for j in head if not 0 <= j < tau]
@@ -369,7 +381,7 @@ def run(
         from qkv_cli.learn_views import emit_batch
 
         return emit_batch(opts.compute_batch(text), names, heads, precision, format.value, save_npz)
-    result = opts.compute(text)
+    result = opts.compute(text, band_ok=True)
     views.emit(result, names, heads, precision, format.value, save_npz)
 
 
@@ -386,8 +398,8 @@ def heatmap(
     from qkv_cli import views
 
     heads = parse_heads(head, opts.tau)
-    views.check_image_path(out)
-    result = opts.compute(text, default=views.default_text())
+    views.check_image_path(out, len(heads))
+    result = opts.compute(text, default=views.default_text(), band_ok=True)
     typer.echo(views.save_heatmap(result, heads, out))
 
 

@@ -18,10 +18,11 @@ def check_npz_path(path: str | None) -> None:
         check_output_path(path)
 
 
-def check_image_path(path: str) -> None:
-    from qkv_cli.plot import FORMATS
+def check_image_path(path: str, panels: int = 1) -> None:
+    from qkv_cli.plot import FORMATS, check_panels
 
     check_output_path(path, FORMATS)
+    check_panels(panels)
 
 
 def default_text() -> str:
@@ -51,6 +52,10 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
     from qkv_cli import export, render
     from qkv_cli.summary import head_summary
 
+    if not hasattr(result, "weights"):  # a long-document window run kept only the band
+        from qkv_cli import band_views
+
+        return band_views.emit(result, show, heads, precision, fmt, save_npz)
     if fmt == "json":
         sys.stdout.write(export.to_json(result, show, heads) + "\n")
     elif fmt == "csv":
@@ -85,6 +90,10 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
 def save_heatmap(result, heads, path) -> str:
     from qkv_cli.plot import draw_grid, save_figure
 
+    if not hasattr(result, "weights"):
+        from qkv_cli import band_views
+
+        return band_views.save_heatmap(result, heads, path)
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
     fig = draw_grid(panels, result.labels, result.key_labels, settings_line(result))
     save_figure(fig, path)
