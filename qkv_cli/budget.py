@@ -58,7 +58,7 @@ def attention_bytes(m: int, n: int, d: int, tau: int, itemsize: int, band: int |
     """Bytes for one layer as the pipeline keeps it: H, weights, Q/K/V, scores + weights + their temporary."""
     cols = n if band is None else min(band, n)
     per_head = 3 * m * cols  # scores, weights, one temporary of the same size
-    matrices = 4 * d * d + 6 * m * d + m * cols  # W's, H, Q, K, V, heads, output, mask
+    matrices = 4 * d * d + 4 * m * d + 3 * n * d + m * cols  # W's; H, Q, heads, output; Y, K, V (n keys); mask
     draw = 8 * d * d  # the float64 Glorot draw behind W^o lives beside the finished matrices for a moment
     return (tau * per_head + matrices) * itemsize + draw
 

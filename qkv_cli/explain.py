@@ -47,9 +47,17 @@ class Trace:
 def softmax_rows(x):  # [m, n] -> [m, n]: exp(x_t - max) / sum_t exp(x_t - max); an all -inf row gives zeros
     top = np.max(x, axis=-1, keepdims=True)
     top = np.where(np.isfinite(top), top, 0.0)
-    e = np.exp(x - top)
+    with np.errstate(over="ignore"):  # -max - max overflows to -inf, and exp(-inf) = 0 is right
+        e = np.exp(x - top)
     total = e.sum(axis=-1, keepdims=True)
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def scaled(QK, scale):  # [m, n] -> [m, n]: QK^T * scale, saturated at the dtype's finite max (a huge --scale)
+    with np.errstate(over="ignore"):
+        out = np.multiply(QK, np.float64(scale)).astype(QK.dtype)
+    big = np.finfo(QK.dtype).max
+    return np.clip(out, -big, big, out=out)
 
 
 def head_of(j: int, tau: int, G: int) -> int:
@@ -95,7 +103,7 @@ def trace(result, head: int = 0) -> Trace:
     K, k_note = projected("K", Y, Wk)  # (n, d) x (d, dk) -> (n, dk)
     V, v_note = projected("V", Y, Wv)
     scale = result.scale
-    scores = (Q @ K.T) * scale  # (m, dk) x (dk, n) -> (m, n)
+    scores = scaled(Q @ K.T, scale)  # (m, dk) x (dk, n) -> (m, n)
     mask = result.mask
     alpha = softmax_rows(scores + mask)
     head_out = alpha @ V  # (m, n) x (n, dk) -> (m, dk)
@@ -107,7 +115,7 @@ def trace(result, head: int = 0) -> Trace:
         Qh = result.Q[h] if ablated == "q" else X @ result.Wq[h]
         Kh = result.K[gh] if ablated == "k" else Y @ result.Wk[gh]
         Vh = result.V[gh] if ablated == "v" else Y @ result.Wv[gh]
-        outs.append(softmax_rows((Qh @ Kh.T) * scale + mask) @ Vh)
+        outs.append(softmax_rows(scaled(Qh @ Kh.T, scale) + mask) @ Vh)
     concat = np.concatenate(outs, axis=1)  # (m, tau * dk) = (m, d)
     output = concat @ result.Wo  # (m, d) x (d, d) -> (m, d)
 

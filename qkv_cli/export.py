@@ -31,6 +31,10 @@ SHOW_NAMES = {
 def check_output_path(path: str | Path, suffixes: tuple[str, ...] | None = None) -> Path:
     """Fail before any work if the file could not be written: bad extension, missing folder, a directory."""
     p = Path(path)
+    from qkv_cli.inputs import is_file_name
+
+    if not is_file_name(path):
+        raise QkvError(f"cannot write {str(path)!r}: it is not a file name")
     if suffixes is not None and p.suffix.lower() not in suffixes:
         raise QkvError(f"cannot write {str(p)!r}: the extension must be one of {', '.join(suffixes)}")
     if p.is_dir():
@@ -169,9 +173,11 @@ def to_csv(result, show, heads) -> str:
         arr = getattr(result, key)
         grid = key in ("scores", "weights", "mask")
         row_names = key_labels if key in ("K", "V") else labels
-        blocks = [(j, arr[j]) for j in heads] if arr.ndim == 3 else [("", arr)]
-        if key in ("K", "V") and arr.shape[0] != result.Q.shape[0]:
-            blocks = [(g, arr[g]) for g in range(arr.shape[0])]
+        if key in ("K", "V") and arr.shape[0] != result.Q.shape[0]:  # grouped-query: the K/V heads shown heads read
+            group = result.Q.shape[0] // arr.shape[0]
+            blocks = [(g, arr[g]) for g in sorted({j // group for j in heads})]
+        else:
+            blocks = [(j, arr[j]) for j in heads] if arr.ndim == 3 else [("", arr)]
         for head, matrix in blocks:
             for i in range(matrix.shape[0]):
                 for c in range(matrix.shape[1]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +11,21 @@ from qkv_cli.errors import QkvError
 MAX_TEXT_BYTES = 64 * 2**20  # a text file larger than this is not something to inspect token by token
 
 
+def is_file_name(path) -> bool:
+    """False for '' (Path('') is '.'), blanks, a NUL byte, or characters the filesystem cannot encode."""
+    text = str(path)
+    if not text.strip() or "\x00" in text:
+        return False
+    try:
+        os.fsencode(text)  # a lone surrogate would make every os call raise UnicodeEncodeError
+    except UnicodeError:
+        return False
+    return True
+
+
 def read_file(path: str | Path, what: str = "file") -> str:
+    if not is_file_name(path):
+        raise QkvError(f"{what} {str(path)!r} is not a file name: give the path of a UTF-8 text file")
     p = Path(path)
     if p.is_dir():
         raise QkvError(f"{what} {str(p)!r} is a directory: give a text file")

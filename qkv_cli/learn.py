@@ -79,6 +79,7 @@ def mask_command(text, file, causal, window, context, context_file, mask_file, p
             raise QkvError(
                 f"--pad-to {pad_to} is shorter than the {'context' if ctx else 'text'} ({n} tokens): use {n} or more"
             )
+        maskgrid.check_cells(m if ctx else pad_to, pad_to)
         pad = ["[PAD]"] * (pad_to - n)
         if ctx is None:
             labels = labels + pad
@@ -86,6 +87,7 @@ def mask_command(text, file, causal, window, context, context_file, mask_file, p
         key_labels = key_labels + pad
         n = pad_to
         padding = np.arange(n) >= n - len(pad)
+    maskgrid.check_cells(m, n)
     grids = maskgrid.rule_grids(m, n, causal=causal, window=window, padding=padding, custom=None)
     if custom is not None:
         maskgrid.check_shape(custom, m, n, f"--mask-file {mask_file!r}")

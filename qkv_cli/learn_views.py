@@ -91,7 +91,7 @@ def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None) -> None
         if rule in grids:
             extra = f" (n_c={window})" if rule == "window" and window else ""
             out.print(f"  {CODES[rule]} = {rule}{extra}: {RULE_HELP[rule]}; {int(grids[rule].sum())} cells")
-    if (sum(g.astype(int) for g in grids.values()) > 1).any():
+    if len(grids) > 1 and (sum(g.astype(int) for g in grids.values()) > 1).any():  # no rules: sum() is 0
         out.print("  a cell removed by several rules shows the first of causal, window, padding, custom")
     empty = (~allowed).all(axis=1).nonzero()[0]
     out.print(f"{int(allowed.sum())} of {m * n} cells may attend")

@@ -28,6 +28,14 @@ RULE_HELP = {
     "custom": "--mask-file says no",
 }
 MAX_MASK_BYTES = 64 * 2**20
+MAX_CELLS = 2**22  # `qkv mask` shows every cell: beyond 2048 x 2048 the grids and their JSON take minutes and GBs
+
+
+def check_cells(m: int, n: int) -> None:
+    """Refuse a grid too large to show before any of it is allocated."""
+    if m * n > MAX_CELLS:
+        raise QkvError(f"the mask would have m x n = {m} x {n} = {m * n} cells: at most {MAX_CELLS} are shown; "
+                       "use a shorter text or a smaller --pad-to")  # fmt: skip
 
 
 def rule_grids(
@@ -44,7 +52,7 @@ def rule_grids(
         if window < 1:
             raise QkvError(f"--window ({window}) must be at least 1: query i sees keys i-n_c+1..i")
         grids["causal"] = t > i
-        grids["window"] = t <= i - window
+        grids["window"] = t <= i - min(window, m)  # a window of m or more removes nothing (no int64 overflow)
     elif causal:
         grids["causal"] = t > i
     if padding is not None:
@@ -91,7 +99,11 @@ def check_shape(allowed, m: int, n: int, source: str = "the custom mask") -> Non
 def load_mask_file(path: str | Path):  # -> [rows, cols] bool, True = may attend
     """A .npy boolean (or 0/1) array, or a text grid of 0/1 (one row per line; spaces and commas ignored)."""
     p = Path(path)
-    what = f"--mask-file {str(p)!r}"
+    what = f"--mask-file {str(path)!r}"
+    from qkv_cli.inputs import is_file_name
+
+    if not is_file_name(path):
+        raise QkvError(f"{what} is not a file name: give a .npy file or a text grid of 0/1")
     if p.is_dir():
         raise QkvError(f"{what} is a directory: give a .npy file or a text grid of 0/1")
     try:

@@ -29,7 +29,7 @@ def window_allowed(m: int, n_c: int):  # -> [m, m] bool
         raise QkvError(f"window ({n_c}) must be at least 1: query i sees keys i-n_c+1..i")
     i = np.arange(m)[:, None]
     j = np.arange(m)[None, :]
-    return (j <= i) & (j > i - n_c)
+    return (j <= i) & (j > i - min(n_c, m))  # n_c >= m is plain causal (and a huge n_c must not overflow int64)
 
 
 def build_mask(

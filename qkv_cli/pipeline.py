@@ -83,8 +83,9 @@ def run(
     cross.check(settings, context is not None or context_tokens is not None)
     limit = budget.default_max_memory() if max_memory is None else max_memory
     if tokens is None and context is None and context_tokens is None:  # refuse a huge text before tokenizing it
-        budget.check_text(text, lambda t: len(tokenize(t, settings.tokenizer)), lambda k: estimate(k, settings),
-                          limit, HINTS)
+        budget.check_text(
+            text, lambda t: len(tokenize(t, settings.tokenizer)), lambda k: estimate(k, settings), limit, HINTS
+        )
     tokens = tokenize(text, settings.tokenizer) if tokens is None else tokens
     if context_tokens is None and context is not None:
         context_tokens = tokenize(context, settings.tokenizer)

@@ -6,10 +6,19 @@ import math
 
 import numpy as np
 
+from qkv_cli.errors import QkvError
 from qkv_cli.export import atomic_write, check_output_path
 
 FORMATS = (".png", ".svg", ".pdf")
 MAX_TICKS = 40
+MAX_PANELS = 16  # each panel takes about 0.3 s to lay out and draw: 64 heads would take 20 s, 1024 minutes
+
+
+def check_panels(k: int) -> None:
+    """Refuse, before any work, a grid with more panels than can be drawn in a few seconds."""
+    if k > MAX_PANELS:
+        raise QkvError(f"a heatmap of {k} heads is too many panels (at most {MAX_PANELS}): choose heads with --head, "
+                       "e.g. --head 0 --head 1")  # fmt: skip
 
 
 def _ticks(ax, row_labels, col_labels):
@@ -29,6 +38,7 @@ def draw_grid(panels, row_labels, col_labels, title, ncols=4):
     from matplotlib.figure import Figure
 
     k = len(panels)
+    check_panels(k)
     ncols = min(ncols, k)
     nrows = math.ceil(k / ncols)
     m, n = panels[0][1].shape
