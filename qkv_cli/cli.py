@@ -200,6 +200,26 @@ AblateWithOpt = Annotated[
 ]
 
 
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A real checkpoint: a folder with config.json, model.safetensors and tokenizer.json, a NAME in the "
+        "Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2), or an installed package that ships one.",
+    ),
+]
+LayerOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--layer", help="With --model: layer 0..L-1 or -1 (repeatable; default last for tables, all for JSON)."
+    ),
+]
+DownloadOpt = Annotated[
+    bool,
+    typer.Option("--download", help="With --model NAME not in the cache: fetch it (pip install 'qkv-cli[download]')."),
+]
+
+
 @dataclass
 class ModelOptions:
     """The options every model command shares, gathered into one object."""
@@ -223,6 +243,30 @@ class ModelOptions:
     mask_file: str | None = None
     ablate: Ablate | None = None
     ablate_with: AblateWith = AblateWith.zeros
+    model: str | None = None
+    layer: list[int] | None = None
+    download: bool = False
+    explicit: frozenset = frozenset()  # the options given on the command line (not defaults)
+
+    def checkpoint(self):
+        """The loaded --model, or None; options that the checkpoint fixes are an error with it."""
+        if self.model is None:
+            for name, what in (("layer", "chooses a layer of"), ("download", "fetches")):
+                if name in self.explicit:
+                    raise QkvError(f"--{name} needs --model: it {what} a real checkpoint (see qkv models)")
+            return None
+        from qkv_cli import checkpoint
+
+        checkpoint.check_options(self.explicit)
+        return checkpoint.load(self.model, self.dtype.value, self.download)
+
+    def compute_model(self, model, text: str | None, default: str | None = None, all_layers: bool = False):
+        """A checkpoint.ModelRun: the forward pass, with the chosen layers as pipeline Results."""
+        from qkv_cli import checkpoint
+        from qkv_cli.inputs import get_text
+
+        text = get_text(text, self.file, default)
+        return checkpoint.run(model, text, self.layer, all_layers, self.kernel, self.memory_limit())
 
     def settings(self):
         from qkv_cli.config import Settings
@@ -307,6 +351,9 @@ MODEL_OPTIONS = [
     ("mask_file", MaskFileOpt, None),
     ("ablate", AblateOpt, None),
     ("ablate_with", AblateWithOpt, AblateWith.zeros),
+    ("model", ModelOpt, None),
+    ("layer", LayerOpt, None),
+    ("download", DownloadOpt, False),
 ]
 
 
@@ -321,11 +368,17 @@ def model_options(func=None, **defaults):
     shared = [
         inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n, v), annotation=a)
         for n, a, v in MODEL_OPTIONS
-    ]
+    ] + [inspect.Parameter("qkv_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
 
     @functools.wraps(func)
     def wrapper(**kwargs):
-        opts = ModelOptions(**{name: kwargs.pop(name) for name, _, _ in MODEL_OPTIONS})
+        ctx = kwargs.pop("qkv_context")
+        given = set()
+        for name, _, _ in MODEL_OPTIONS:
+            source = ctx.get_parameter_source(name)
+            if source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP"):
+                given.add(name)
+        opts = ModelOptions(**{name: kwargs.pop(name) for name, _, _ in MODEL_OPTIONS}, explicit=frozenset(given))
         return func(opts=opts, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + shared)
@@ -375,8 +428,18 @@ def run(
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices)."""
     from qkv_cli import views
 
-    names, heads = parse_show(show), parse_heads(head, opts.tau)
+    names = parse_show(show)
     views.check_npz_path(save_npz)
+    model = opts.checkpoint()
+    if model is not None:
+        from qkv_cli import model_views
+
+        if batch:
+            raise QkvError("--batch works on random weights: with --model, run one sentence at a time")
+        heads = parse_heads(head, model.config.n_heads)
+        run_ = opts.compute_model(model, text, all_layers=format != Format.table)
+        return model_views.emit_run(run_, names, heads, precision, format.value, save_npz)
+    heads = parse_heads(head, opts.tau)
     if batch:
         from qkv_cli.learn_views import emit_batch
 
@@ -397,6 +460,14 @@ def heatmap(
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample."""
     from qkv_cli import views
 
+    model = opts.checkpoint()
+    if model is not None:
+        from qkv_cli import model_views
+
+        heads = parse_heads(head, model.config.n_heads)
+        views.check_image_path(out, len(heads) if opts.layer else 1)
+        run_ = opts.compute_model(model, text, default=views.default_text())
+        return typer.echo(model_views.save_heatmap(run_, heads, bool(opts.layer), out))
     heads = parse_heads(head, opts.tau)
     views.check_image_path(out, len(heads))
     result = opts.compute(text, default=views.default_text(), band_ok=True)
@@ -416,10 +487,14 @@ def shapes(
     kv_heads: KvHeadsOpt = None,
     context: ContextOpt = None,
     context_file: ContextFileOpt = None,
+    model: ModelOpt = None,
 ):
     """Print the shape, parameters, FLOPs and bytes of every matrix in masked multi-head attention."""
     from qkv_cli import shapes_view
     from qkv_cli.cross import get_context
+
+    if model is not None:
+        return shapes_view.emit_model(model, text, m, dtype.value, format.value)
 
     context = get_context(context, context_file, text == "-")
     shapes_view.emit(text, d, tau, m, n, dtype.value, tokenizer, format.value, kv_heads=kv_heads, context=context)
@@ -442,6 +517,9 @@ def explain(
     from qkv_cli import explain_view
     from qkv_cli.explain import check_head
 
+    if opts.model is not None:
+        raise QkvError("explain walks random weights at a readable size: for a checkpoint's matrices use "
+                       "qkv run --model M --layer L --head J --show q,k,v,scores,weights,output")  # fmt: skip
     check_head(head, opts.tau)
     result = opts.compute(text, default=explain_view.default_text())
     explain_view.emit(result, head, query, precision, format.value)
@@ -481,8 +559,21 @@ def heads(
     With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
     from qkv_cli import learn, views
 
+    model = opts.checkpoint()
+    if model is not None:
+        from qkv_cli.checkpoint import emit_roles
+
+        return emit_roles(model, text, opts.file, views.default_text(), opts.kernel, format.value)
     results = opts.compute_each(text, default=views.default_text())
     learn.emit_roles(results, format.value)
+
+
+@app.command(epilog="Example: qkv models --format json")
+def models(format: TableJsonOpt = TableJson.table):
+    """List the checkpoints qkv can find: the Hugging Face cache and installed packages that ship one."""
+    from qkv_cli.model_views import emit_models
+
+    emit_models(format.value)
 
 
 def main():

@@ -66,6 +66,35 @@ def draw_grid(panels, row_labels, col_labels, title, ncols=4):
     return fig
 
 
+def draw_model_view(attentions, heads, masked, title):
+    """attentions (L, k, m, n) as one mosaic: layers down, heads across, one m x n tile each (no token labels).
+
+    One image instead of L x k axes keeps a 6 x 12 grid fast to draw."""
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure
+
+    L, k, m, n = attentions.shape
+    gap = max(1, max(m, n) // 8)
+    mosaic = np.full((L * (m + gap) - gap, k * (n + gap) - gap), np.nan)
+    for l in range(L):
+        for c in range(k):
+            tile = np.where(masked, np.nan, attentions[l, c])
+            mosaic[l * (m + gap) : l * (m + gap) + m, c * (n + gap) : c * (n + gap) + n] = tile
+    fig = Figure(figsize=(min(24.0, 1.0 * k + 2.0), min(24.0, 1.0 * L + 1.2)), layout="constrained")
+    ax = fig.subplots()
+    cmap = colormaps["viridis"].with_extremes(bad="white")
+    image = ax.imshow(np.ma.masked_invalid(mosaic), cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest",
+                      aspect="auto")  # fmt: skip
+    ax.set_xticks([c * (n + gap) + n / 2 - 0.5 for c in range(k)], [f"head {j}" for j in heads], fontsize=7)
+    ax.set_yticks([l * (m + gap) + m / 2 - 0.5 for l in range(L)], [f"layer {l}" for l in range(L)], fontsize=7)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.colorbar(image, ax=ax, shrink=0.6, label="attention weight (masked cells blank)")
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
 def save_figure(fig, path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

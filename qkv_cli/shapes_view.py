@@ -96,3 +96,42 @@ def emit(text, d, tau, m, n, dtype, tokenizer, fmt, kv_heads=None, context=None)
 
         for line in gqa_lines(d, tau, kv_heads, ITEMSIZE[dtype]):
             console.print(Text(line))
+
+
+def emit_model(spec: str, text, m, dtype: str, fmt: str) -> None:
+    """`shapes --model`: the checkpoint's real dimensions and parameters per matrix (config.json only, no weights)."""
+    from qkv_cli.errors import QkvError
+    from qkv_cli.models import parameter_count, parameter_table, read_config, resolve_model
+
+    if text is not None:
+        raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
+    folder = resolve_model(spec)
+    c = read_config(folder)
+    m = 30 if m is None else m
+    params = parameter_table(c)
+    dims = {"family": c.family, "layers": c.n_layers, "d": c.d, "tau": c.n_heads, "d_k": c.d // c.n_heads,
+            "d_ff": c.d_ff, "vocab_size": c.vocab_size, "max_positions": c.max_positions}  # fmt: skip
+    attention = matrices(c.d, c.n_heads, m)
+    if fmt == "json":
+        doc = as_json(c.d, c.n_heads, m, attention, None, dtype) | dims
+        doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
+        doc["total_parameters"] = parameter_count(c)
+        print(json.dumps(doc))
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    console.print(Text(f"{c.name or folder.name}: " + " ".join(f"{k}={v}" for k, v in dims.items())), style="bold")
+    table = Table(title=Text("Learned parameters (per-head matrices: one head's shape, x = how many in the model)"),
+                  box=box.SIMPLE_HEAD, title_justify="left")  # fmt: skip
+    for col in ("matrix", "notation", "shape", "x", "params"):
+        table.add_column(col, justify="right" if col in ("x", "params") else "left", no_wrap=True)
+    for p in params:
+        table.add_row(*(Text(v) for v in (p.name, p.notation, " x ".join(map(str, p.shape)), f"x{p.count}",
+                                          f"{p.params:,}")))  # fmt: skip
+    table.add_row(Text("total"), Text(""), Text(""), Text(""), Text(f"{parameter_count(c):,}"))
+    console.print(table)
+    emit(None, c.d, c.n_heads, m, None, dtype, "word", "table")

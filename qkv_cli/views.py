@@ -32,6 +32,10 @@ def default_text() -> str:
 
 
 def settings_line(result) -> str:
+    if "model" in result.extra:  # a layer of a real checkpoint
+        from qkv_cli.checkpoint import describe
+
+        return describe(result)
     s = result.settings
     mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask")
     return (
@@ -63,7 +67,8 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
     else:
         out = console()
         out.print(settings_line(result), style="bold")
-        parts, notes = render.result_views(result, show, heads, precision, out.width)
+        where = f"layer {result.extra['model']['layer']}: " if "model" in result.extra else ""
+        parts, notes = render.result_views(result, show, heads, precision, out.width, where)
         for part in parts:
             out.print(part)
         for note in notes:
