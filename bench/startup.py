@@ -1,0 +1,100 @@
+"""Benchmark: CLI start-up wall time against ``python -c "import numpy"``.
+
+    python bench/startup.py            # median of 7 runs per command, after 1 warm-up run
+    python bench/startup.py --runs 3
+
+Each command runs in a fresh subprocess (the ``qkv`` script next to this Python interpreter) from a temporary
+directory, so files it writes (heatmap.png) land there. A command that fails is reported with the end of its
+stderr instead of stopping the benchmark. Targets (issue 6): ``qkv shapes --d 512 --tau 8`` and ``qkv --help``
+within 1.3x of ``import numpy``, ``qkv run "a short sentence"`` within 2x; ``qkv heatmap`` is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def qkv_command() -> list[str]:
+    """The qkv entry point installed next to sys.executable, else ``python -m qkv_cli``."""
+    bindir = Path(sys.executable).parent
+    for name in ("qkv", "qkv.exe"):
+        if (bindir / name).exists():
+            return [str(bindir / name)]
+    found = shutil.which("qkv", path=str(bindir))
+    return [found] if found else [sys.executable, "-m", "qkv_cli"]
+
+
+def commands() -> list[tuple[str, list[str], float | None]]:  # (label, argv, target ratio to import numpy)
+    py, qkv = sys.executable, qkv_command()
+    return [
+        ('python -c "pass"', [py, "-c", "pass"], None),
+        ('python -c "import numpy"', [py, "-c", "import numpy"], None),
+        ("qkv --help", [*qkv, "--help"], 1.3),
+        ("qkv shapes --d 512 --tau 8", [*qkv, "shapes", "--d", "512", "--tau", "8"], 1.3),
+        ('qkv run "a short sentence"', [*qkv, "run", "a short sentence"], 2.0),
+        ("qkv heatmap --out heatmap.png", [*qkv, "heatmap", "--out", "heatmap.png"], None),
+    ]
+
+
+def run_once(argv, cwd, env) -> tuple[float, subprocess.CompletedProcess]:
+    t0 = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return time.perf_counter() - t0, done
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=7, help="timed runs per command (default 7; median)")
+    args = p.parse_args(argv)
+    env = dict(os.environ, MPLBACKEND="Agg", COLUMNS="120")
+    print(f"python {sys.version.split()[0]} at {sys.executable}; qkv = {' '.join(qkv_command())}")
+    print(f"median of {args.runs} runs after 1 warm-up run (the warm-up is shown as 'first')\n")
+    results = []
+    with tempfile.TemporaryDirectory() as cwd:
+        for label, cmd, target in commands():
+            try:
+                first, done = run_once(cmd, cwd, env)
+                times = []
+                for _ in range(args.runs):
+                    if done.returncode != 0:
+                        break
+                    t, done = run_once(cmd, cwd, env)
+                    times.append(t)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                results.append((label, None, None, target, f"could not run: {exc}"))
+                continue
+            if done.returncode != 0:
+                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+                results.append((label, None, first, target, f"FAILED (exit {done.returncode}): {tail[0][:100]}"))
+            else:
+                results.append((label, statistics.median(times), first, target, ""))
+    base = next((r[1] for r in results if r[0] == 'python -c "import numpy"'), None)
+    print("| command | median s | first s | / import numpy | target | |")
+    print("|---|---|---|---|---|---|")
+    for label, median, first, target, note in results:
+        ratio = f"{median / base:.2f}" if median and base else "-"
+        verdict = note
+        if not note and target is not None and base:
+            verdict = "met" if median / base <= target else "MISSED"
+        cells = [
+            label,
+            f"{median:.3f}" if median else "-",
+            f"{first:.3f}" if first else "-",
+            ratio,
+            f"<= {target}x" if target else "",
+            verdict,
+        ]
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
