@@ -476,6 +476,7 @@ def heatmap(
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")
 def shapes(
+    ctx: typer.Context,
     text: TextArg = None,
     d: DOpt = 512,
     tau: TauOpt = 8,
@@ -494,6 +495,13 @@ def shapes(
     from qkv_cli.cross import get_context
 
     if model is not None:
+        fixed = {"d": "--d", "tau": "--heads", "n": "--n", "tokenizer": "--tokenizer", "kv_heads": "--kv-heads",
+                 "context": "--context", "context_file": "--context-file"}  # fmt: skip
+        given = [flag for name, flag in fixed.items() if ctx.get_parameter_source(name).name != "DEFAULT"]
+        if given:  # as on run, heatmap and heads: never silently show other numbers than the user asked for
+            raise QkvError(
+                f"{given[0]} cannot be used with --model: the checkpoint fixes d, the heads and the tokenizer"
+            )
         return shapes_view.emit_model(model, text, m, dtype.value, format.value)
 
     context = get_context(context, context_file, text == "-")

@@ -66,7 +66,7 @@ def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None) -> None
     m, n = allowed.shape
     cw = max(1, min(5, max(len(k) for k in key_labels)))
     label_w = min(10, max(len(x) for x in labels))
-    n_rows, n_cols = fit(m, MAX_ROWS), fit(n, (out.width - label_w - 4) // (cw + 1))
+    n_rows, n_cols = fit(m, MAX_ROWS), fit(n, (out.width - label_w - 2) // (cw + 2))  # a column: cw + 1 and a gap
     code = np.full((m, n), ALLOWED, dtype=object)
     for rule in reversed(RULES):  # the first rule in RULES wins the label
         if rule in grids:
@@ -160,21 +160,29 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
             grid.add_column(str(j), justify="left", no_wrap=True)
         for layer, row in enumerate(stats_grid):
             grid.add_row(str(layer), *(ROLE_SHORT[s["role"]] for s in row))
-        out.print(grid)
+        out.print(narrow(grid, out))
         out.print("prev = previous-token, self, first = first-token sink, local, broad, mixed", style="dim")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     if layers > 1:
-        table.add_column("layer", justify="right")
-    table.add_column("head", justify="right")
+        table.add_column("layer", justify="right", no_wrap=True)
+    table.add_column("head", justify="right", no_wrap=True)
     for _, title in COLUMNS:
-        table.add_column(title, justify="right")
+        table.add_column(title, justify="right", no_wrap=True)
     table.add_column("role", justify="left", no_wrap=True)
     for s in flat:
         cells = ([str(s["layer"])] if layers > 1 else []) + [str(s["head"])]
         cells += [f"{s[k]:.2f}" if k in ("entropy", "mean_distance") else f"{s[k]:.3f}" for k, _ in COLUMNS]
         table.add_row(*cells, s["role"])
-    out.print(table)
+    out.print(narrow(table, out))
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
+
+
+def narrow(table, out):
+    """At a narrow terminal (80 columns), tighter gaps rather than numbers cut to '0.…'."""
+    if out.measure(table, options=out.options.update_width(1 << 16)).maximum > out.width:
+        table.padding, table.show_edge = (0, 0), False
+        table.columns[-1].no_wrap = False  # the role may be cut ("previous-tok…"), not the numbers
+    return table
 
 
 ROLE_SHORT = {
@@ -186,8 +194,8 @@ ROLE_SHORT = {
     "mixed": "mixed",
 }
 THRESHOLDS_TEXT = (
-    "role: previous-token if prev >= {previous}, self if self >= {self}, first-token sink if first >= {first}\n"
-    "(largest wins); else local if local (within {r} positions) >= {local}; else broad if norm H >= {broad};\n"
+    "role: previous-token if prev >= {previous}, self if self >= {self}, first-token sink if first >= {first} "
+    "(largest wins); else local if local (within {r} positions) >= {local}; else broad if norm H >= {broad}; "
     "else mixed. grad = sum alpha (1 - alpha): softmax gradient size, near 0 = saturated."
 )
 

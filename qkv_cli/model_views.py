@@ -52,6 +52,7 @@ def save_heatmap(run, heads, layer_given: bool, path) -> str:
 
 
 def emit_models(fmt: str) -> None:
+    from rich import box
     from rich.table import Table
     from rich.text import Text
 
@@ -67,9 +68,11 @@ def emit_models(fmt: str) -> None:
     if not rows:
         out.print("no checkpoints found (Hugging Face cache or installed packages); give --model a folder")
         return
-    table = Table(title="Checkpoints for --model", title_justify="left")
+    table = Table(title="Checkpoints for --model", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
     for col in ("name", "family", "layers", "heads", "d", "vocab", "size", "path"):
-        table.add_column(col, justify="right" if col in ("layers", "heads", "d", "vocab", "size") else "left")
+        justify = "right" if col in ("layers", "heads", "d", "vocab", "size") else "left"
+        # the name is what --model takes: never cut it; a long path folds onto more lines
+        table.add_column(col, justify=justify, no_wrap=col != "path", overflow="fold")
     for r in rows:
         cells = [r.get("name"), r.get("family"), r.get("layers"), r.get("heads"), r.get("d"), r.get("vocab_size"),
                  human(r["size_bytes"]) if r.get("size_bytes") else "", r.get("path")]  # fmt: skip

@@ -37,7 +37,7 @@ def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, 
     cell = precision + 3 + (0 if weights else 2)
     label_w = min(LABEL_WIDTH, max([len(x) for x in row_labels] + [3]))
     n_rows = fit(rows, MAX_ROWS)
-    n_cols = fit(cols, (width - label_w - 6) // (cell + 1))
+    n_cols = fit(cols, (width - label_w - 2) // (cell + 2))  # 2 edges; a column is cell + 1 plus a separator
     title = Text(title, style="table.title", no_wrap=True, overflow="ignore") if title else None  # never wrapped
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, title_justify="left")
     table.add_column(Text(""), justify="left", no_wrap=True, min_width=label_w, max_width=label_w)

@@ -102,11 +102,12 @@ def emit_model(spec: str, text, m, dtype: str, fmt: str) -> None:
     """`shapes --model`: the checkpoint's real dimensions and parameters per matrix (config.json only, no weights)."""
     from qkv_cli.errors import QkvError
     from qkv_cli.models import parameter_count, parameter_table, read_config, resolve_model
+    from qkv_cli.models.load import _display_name
 
     if text is not None:
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
     folder = resolve_model(spec)
-    c = read_config(folder)
+    c = read_config(folder, _display_name(folder))  # the name `qkv run --model` shows, not 'model'
     m = 30 if m is None else m
     params = parameter_table(c)
     dims = {"family": c.family, "layers": c.n_layers, "d": c.d, "tau": c.n_heads, "d_k": c.d // c.n_heads,

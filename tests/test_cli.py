@@ -1,6 +1,7 @@
 """The CLI through CliRunner, once through the installed `qkv` entry point, and its start-up imports."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -195,3 +196,31 @@ def test_shapes_and_help_do_not_import_numpy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 160])
+@pytest.mark.parametrize("n,weights,precision", [(11, True, 2), (14, False, 2), (20, True, 4), (40, False, 0)])
+def test_matrix_table_shows_every_column_it_counts(width, n, weights, precision):
+    """Regression: the fit ignored the column gaps, so rich silently dropped the last column(s) at 80 columns
+    (the '.' of an 11-token run) while the note said nothing was left out."""
+    from rich.console import Console
+
+    from qkv_cli.render import matrix_table
+
+    matrix = np.random.default_rng(0).random((n, n))
+    table, note = matrix_table("t", matrix, ["because"] * n, [f"c{j:02d}" for j in range(n)], precision, width, weights)
+    console = Console(width=width, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(table)
+    text = console.export_text()
+    counted = len(table.columns) - 1
+    header = next(line for line in text.splitlines() if "c00" in line)
+    assert len([w for w in header.split() if w.startswith("c")]) == counted
+    assert (note is not None) == (counted < n)
+    assert max(len(line) for line in text.splitlines()) <= width
+
+
+def test_run_at_80_columns_names_every_column_or_says_what_is_left_out():
+    r = runner.invoke(app, ["run", "The cat sat on the mat because it was warm.", "--d", "16", "--tau", "2",
+                            "--head", "0"], env={"COLUMNS": "80"})  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "showing 11 of 11 rows and 10 of 11 columns" in r.output

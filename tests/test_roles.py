@@ -147,3 +147,12 @@ def test_heads_table_and_errors():
     assert r.exit_code == 0 and "1 sentence" in r.output
     r = invoke("heads", "a b", "--context", "c d")
     assert r.exit_code == 2 and "needs self-attention" in r.output
+
+
+def test_heads_table_at_80_columns_keeps_every_number():
+    """Regression: at 80 columns rich cut every statistic to '0.…'; the table now tightens its gaps instead."""
+    r = runner.invoke(app, ["heads", "--d", "16", "--tau", "2"], env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    table = r.output.split("query rows per head")[1].split("role:")[0]
+    assert "…" not in table and "entropy" in table and "norm H" in table and "mixed" in table
+    assert max(len(line) for line in r.output.splitlines()) <= 80
