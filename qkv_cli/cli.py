@@ -41,8 +41,8 @@ class QkvGroup(TyperGroup):
             code = fail("aborted", 130)
         except MemoryError:
             code = fail("out of memory: try --dtype float32, --window N, fewer heads or a shorter text")
-        except BrokenPipeError:
-            sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the reader went away; say nothing more
+        except BrokenPipeError:  # the reader went away (`qkv run ... | head`): stop quietly
+            quiet_stdout()
             code = 0
         except Exception as exc:  # a bug: still one line, but exit 1 so tests and users can tell
             if os.environ.get("QKV_DEBUG"):
@@ -70,6 +70,15 @@ def usage_message(exc) -> str:
     elif not isinstance(exc, click_exceptions.BadParameter) and exc.ctx is not None:  # unknown option or command
         return f"{message} (try '{exc.ctx.command_path} --help')"
     return message
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (e.g. under CliRunner)
+        pass
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -425,7 +434,9 @@ def run(
         bool, typer.Option("--batch", help="One sentence per line: run together, padded to the longest, pads masked.")
     ] = False,
 ):
-    """Run masked multi-head attention on TEXT and print each head's weights (or other matrices)."""
+    """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
+
+    With no TEXT and no --file, uses a built-in sample sentence."""
     from qkv_cli import views
 
     names = parse_show(show)
@@ -437,14 +448,14 @@ def run(
         if batch:
             raise QkvError("--batch works on random weights: with --model, run one sentence at a time")
         heads = parse_heads(head, model.config.n_heads)
-        run_ = opts.compute_model(model, text, all_layers=format != Format.table)
+        run_ = opts.compute_model(model, text, default=views.default_text(), all_layers=format != Format.table)
         return model_views.emit_run(run_, names, heads, precision, format.value, save_npz)
     heads = parse_heads(head, opts.tau)
     if batch:
         from qkv_cli.learn_views import emit_batch
 
         return emit_batch(opts.compute_batch(text), names, heads, precision, format.value, save_npz)
-    result = opts.compute(text, band_ok=True)
+    result = opts.compute(text, default=views.default_text(), band_ok=True)
     views.emit(result, names, heads, precision, format.value, save_npz)
 
 

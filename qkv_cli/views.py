@@ -9,8 +9,13 @@ from rich.console import Console
 from qkv_cli.export import check_output_path
 
 
+class _Console(Console):
+    def on_broken_pipe(self) -> None:  # rich would exit 1; let the CLI stop quietly with 0
+        raise BrokenPipeError
+
+
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return _Console(highlight=False, soft_wrap=False)
 
 
 def check_npz_path(path: str | None) -> None:

@@ -224,3 +224,20 @@ def test_run_at_80_columns_names_every_column_or_says_what_is_left_out():
                             "--head", "0"], env={"COLUMNS": "80"})  # fmt: skip
     assert r.exit_code == 0, r.output
     assert "showing 11 of 11 rows and 10 of 11 columns" in r.output
+
+
+def test_run_without_text_uses_the_sample():
+    from qkv_cli.samples import default_text
+
+    r = invoke("run", "--d", "8", "--heads", "2", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert " ".join(json.loads(r.stdout)["tokens"][:3]) == " ".join(default_text().split()[:3])
+
+
+def test_closed_pipe_stops_quietly():
+    qkv = shutil.which("qkv") or str(Path(sys.executable).with_name("qkv"))
+    proc = subprocess.Popen([qkv, "run", "--d", "64", "--heads", "64"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # like `| head -1`
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and err == b""

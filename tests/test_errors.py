@@ -155,7 +155,6 @@ TEXTS = [
     (["run", "-"], {"input": "  \n "}, ["stdin is empty", "give some text"]),
     (["run", "--file", "-"], {"input": ""}, ["stdin is empty", "give some text"]),
     (["run", "-"], {"input": b"caf\xe9"}, ["stdin is not UTF-8", "offset 3", "convert it to UTF-8"]),
-    (["run"], {}, ["no text", "TEXT, --file PATH, or '-'"]),
     (["run", "hi", "--file", "{empty}"], {}, ["either TEXT or --file"]),
     (["run", "--file", "{missing}"], {}, ["'{missing}' does not exist"]),
     (["run", "--file", "{folder}"], {}, ["'{folder}' is a directory", "give a text file"]),
