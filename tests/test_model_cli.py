@@ -141,6 +141,12 @@ def test_gpt2_folder_runs_causal_through_the_cli(transformers, torch, tmp_path):
         expected = torch.stack(ref(ids, output_attentions=True).attentions)[:, 0].numpy()
     np.testing.assert_allclose(att, expected, atol=1e-10)
     assert "(gpt2)" in invoke("run", "the cat sat", "--model", tmp_path).output
+    image = tmp_path / "view.png"
+    assert invoke("heatmap", "the cat sat", "--model", tmp_path, "--out", image).exit_code == 0
+    assert image.stat().st_size > 1000
+    shapes = json.loads(invoke("shapes", "--model", tmp_path, "--format", "json").stdout)
+    assert (shapes["family"], shapes["layers"], shapes["d"], shapes["tau"]) == ("gpt2", 2, 32, 4)
+    assert shapes["total_parameters"] == sum(p.numel() for p in model.parameters())
 
 
 def test_shapes_model_and_models_name_the_checkpoint(minilm):
