@@ -14,7 +14,7 @@ from qkv_cli.errors import QkvError
 FIXED_BY_CHECKPOINT = {
     "d": "--d", "tau": "--heads", "positions": "--positions", "projection": "--projection", "tokenizer": "--tokenizer",
     "kv_heads": "--kv-heads", "context": "--context", "context_file": "--context-file", "mask_file": "--mask-file",
-    "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale",
+    "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale", "pad_to": "--pad-to",
 }  # fmt: skip
 
 

@@ -532,13 +532,20 @@ def explain(
     precision: PrecisionOpt = 2,
     format: TableJsonOpt = TableJson.table,
 ):
-    """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o."""
+    """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o.
+
+    With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
+    biases included."""
     from qkv_cli import explain_view
     from qkv_cli.explain import check_head
 
-    if opts.model is not None:
-        raise QkvError("explain walks random weights at a readable size: for a checkpoint's matrices use "
-                       "qkv run --model M --layer L --head J --show q,k,v,scores,weights,output")  # fmt: skip
+    model = opts.checkpoint()
+    if model is not None:
+        if opts.layer and len(set(opts.layer)) > 1:
+            raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
+        check_head(head, model.config.n_heads)
+        run_ = opts.compute_model(model, text, default=explain_view.default_text())
+        return explain_view.emit(run_.results[run_.layers[0]], head, query, precision, format.value)
     check_head(head, opts.tau)
     result = opts.compute(text, default=explain_view.default_text())
     explain_view.emit(result, head, query, precision, format.value)
@@ -546,6 +553,7 @@ def explain(
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
 def mask(
+    ctx: typer.Context,
     text: TextArg = None,
     file: FileOpt = None,
     causal: CausalOpt = False,
@@ -558,10 +566,22 @@ def mask(
     ] = None,
     tokenizer: TokenizerOpt = "word",
     format: TableJsonOpt = TableJson.table,
+    model: ModelOpt = None,
+    download: DownloadOpt = False,
 ):
-    """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample."""
+    """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample.
+
+    With --model, the checkpoint's own mask over its own tokens (BERT: nothing removed; GPT-2: causal)."""
     from qkv_cli import learn
 
+    given = {name for name in ctx.params if ctx.get_parameter_source(name).name not in ("DEFAULT", "DEFAULT_MAP")}
+    if model is not None:
+        from qkv_cli import checkpoint
+
+        checkpoint.check_options(given)
+        return learn.mask_model_command(model, text, file, download, format.value)
+    if download:
+        raise QkvError("--download needs --model: it fetches a real checkpoint (see qkv models)")
     learn.mask_command(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer, format.value)
 
 

@@ -1,7 +1,8 @@
 """`qkv explain`: the computation of one head, step by step, in the notation of the README.
 
-The trace recomputes every step from the run's inputs (H, W_j^q, W_j^k, W_j^v, Mask, scale, W^o) with the plain
-formulas, one line each, so a reader can check the numbers against `qkv run` (a test does).
+The trace recomputes every step from the run's inputs (H, W_j^q, W_j^k, W_j^v, Mask, scale, W^o, and for a
+checkpoint the biases b_j^q, b_j^k, b_j^v, b^o) with the plain formulas, one line each, so a reader can check the
+numbers against `qkv run` (a test does).
 NumPy only: rendering lives in qkv_cli.explain_view.
 """
 
@@ -93,15 +94,17 @@ def trace(result, head: int = 0) -> Trace:
     shared = f" (shared by query heads {g * (tau // G)}..{(g + 1) * (tau // G) - 1})" if G != tau else ""
     kvj = f"{g}" if G != tau else f"{j}"
 
-    def projected(letter, H, W):
+    b = biases(result, tau, G, dk, d)  # a checkpoint's b_j^q, b_j^k, b_j^v (tau or G, dk), b^o (d,); zeros otherwise
+
+    def projected(letter, H, W, bias):
         if ablated == letter.lower():
             return getattr(result, letter)[j if letter == "Q" else g], f"ablated: replaced by {s.ablate_with}"
-        return H @ W, ""
+        return H @ W + bias, ""
 
     Wq, Wk, Wv = result.Wq[j], result.Wk[g], result.Wv[g]
-    Q, q_note = projected("Q", X, Wq)  # (m, d) x (d, dk) -> (m, dk)
-    K, k_note = projected("K", Y, Wk)  # (n, d) x (d, dk) -> (n, dk)
-    V, v_note = projected("V", Y, Wv)
+    Q, q_note = projected("Q", X, Wq, b["bq"][j])  # (m, d) x (d, dk) + (dk,) -> (m, dk)
+    K, k_note = projected("K", Y, Wk, b["bk"][g])  # (n, d) x (d, dk) + (dk,) -> (n, dk)
+    V, v_note = projected("V", Y, Wv, b["bv"][g])
     scale = result.scale
     scores = scaled(Q @ K.T, scale)  # (m, dk) x (dk, n) -> (m, n)
     mask = result.mask
@@ -112,15 +115,27 @@ def trace(result, head: int = 0) -> Trace:
     outs = []
     for h in range(tau):
         gh = head_of(h, tau, G)
-        Qh = result.Q[h] if ablated == "q" else X @ result.Wq[h]
-        Kh = result.K[gh] if ablated == "k" else Y @ result.Wk[gh]
-        Vh = result.V[gh] if ablated == "v" else Y @ result.Wv[gh]
+        Qh = result.Q[h] if ablated == "q" else X @ result.Wq[h] + b["bq"][h]
+        Kh = result.K[gh] if ablated == "k" else Y @ result.Wk[gh] + b["bk"][gh]
+        Vh = result.V[gh] if ablated == "v" else Y @ result.Wv[gh] + b["bv"][gh]
         outs.append(softmax_rows(scaled(Qh @ Kh.T, scale) + mask) @ Vh)
     concat = np.concatenate(outs, axis=1)  # (m, tau * dk) = (m, d)
-    output = concat @ result.Wo  # (m, d) x (d, d) -> (m, d)
+    output = concat @ result.Wo + b["bo"]  # (m, d) x (d, d) + (d,) -> (m, d)
 
-    positions = "token vectors + sinusoidal positions" if s.positions == "sinusoidal" else "token vectors"
-    scale_text = {"auto": "1/sqrt(d_k)", "none": "1", "sqrt": "sqrt(d_k), the misprint"}.get(s.scale, "given")
+    model = result.extra.get("model")
+    if model is None:
+        positions = "token vectors + sinusoidal positions" if s.positions == "sinusoidal" else "token vectors"
+        scale_text = {"auto": "1/sqrt(d_k)", "none": "1", "sqrt": "sqrt(d_k), the misprint"}.get(s.scale, "given")
+        learned, source = " (learned in a real model; seeded here)", s.projection
+    else:
+        where = "LN_1 of the layer input" if model["family"] == "gpt2" else "the layer input"
+        positions = f"layer {model['layer']}'s attention input: {where}"
+        scale_text = "1/sqrt(d_k)" if np.isclose(scale, 1 / np.sqrt(dk)) else "the checkpoint's"
+        learned, source = "", f"learned: {model['name']} layer {model['layer']}"
+
+    def plus(k, letter):  # the bias term of a projection, when the Result has biases
+        return f" + b_{k}^{letter}" if b["given"] else ""
+
     steps = [Step("H", "H: one row per token", X, rows, feat_d, positions)]
     if ctx is not None:
         steps.append(
@@ -133,13 +148,20 @@ def trace(result, head: int = 0) -> Trace:
                 "keys and values come from Y, queries from H",
             )
         )
+    steps.append(Step("Wq", f"W_{j}^q{learned}", Wq, feat_d, feat_k, source))
+    if b["given"]:
+        steps.append(Step("bq", f"b_{j}^q: added to every row of H W_{j}^q", b["bq"][j][None], ["b"], feat_k, source))
+    steps.append(Step("Wk", f"W_{kvj}^k{shared}", Wk, feat_d, feat_k, source))
+    if b["given"]:
+        steps.append(Step("bk", f"b_{kvj}^k{shared}", b["bk"][g][None], ["b"], feat_k, source))
+    steps.append(Step("Wv", f"W_{kvj}^v{shared}", Wv, feat_d, feat_k, source))
+    if b["given"]:
+        steps.append(Step("bv", f"b_{kvj}^v{shared}", b["bv"][g][None], ["b"], feat_k, source))
+    HY = "Y" if ctx is not None else "H"
     steps += [
-        Step("Wq", f"W_{j}^q (learned in a real model; seeded here)", Wq, feat_d, feat_k, s.projection),
-        Step("Wk", f"W_{kvj}^k{shared}", Wk, feat_d, feat_k, s.projection),
-        Step("Wv", f"W_{kvj}^v{shared}", Wv, feat_d, feat_k, s.projection),
-        Step("Q", f"Q^[{j}] = H W_{j}^q", Q, rows, feat_k, q_note),
-        Step("K", f"K^[{kvj}] = {'Y' if ctx is not None else 'H'} W_{kvj}^k", K, keys, feat_k, k_note),
-        Step("V", f"V^[{kvj}] = {'Y' if ctx is not None else 'H'} W_{kvj}^v", V, keys, feat_k, v_note),
+        Step("Q", f"Q^[{j}] = H W_{j}^q{plus(j, 'q')}", Q, rows, feat_k, q_note),
+        Step("K", f"K^[{kvj}] = {HY} W_{kvj}^k{plus(kvj, 'k')}", K, keys, feat_k, k_note),
+        Step("V", f"V^[{kvj}] = {HY} W_{kvj}^v{plus(kvj, 'v')}", V, keys, feat_k, v_note),
         Step(
             "scores",
             f"S = Q^[{j}] K^[{kvj}]^T * scale, scale = {scale:.4g} = {scale_text}",
@@ -153,10 +175,24 @@ def trace(result, head: int = 0) -> Trace:
         Step("weights", "alpha = Softmax(S + Mask), row by row: each row sums to 1", alpha, rows, keys, grid=True),
         Step("heads", f"head_{j} = alpha V^[{kvj}]: row i is a weighted sum of the rows of V", head_out, rows, feat_k),
         Step("concat", f"concat(head_0..head_{tau - 1}): every head's output side by side", concat, rows, feat_d),
-        Step("Wo", "W^o", result.Wo, feat_d, feat_d, s.projection),
-        Step("output", "output = concat(heads) W^o", output, rows, feat_d),
+        Step("Wo", "W^o", result.Wo, feat_d, feat_d, source),
     ]
+    if b["given"]:
+        steps.append(Step("bo", "b^o: added to every row of concat(heads) W^o", b["bo"][None], ["b"], feat_d, source))
+    steps.append(Step("output", f"output = concat(heads) W^o{' + b^o' if b['given'] else ''}", output, rows, feat_d))
     return Trace(head=j, kv_head=g, steps=steps)
+
+
+def biases(result, tau: int, G: int, dk: int, d: int) -> dict:
+    """A checkpoint's b_j^q (tau, dk), b_j^k, b_j^v (G, dk) and b^o (d,) from result.extra["arrays"]; else zeros.
+
+    "given" says whether the Result had them (the random-weights pipeline has no biases)."""
+    arrays = result.extra.get("arrays", {})
+    dtype = result.H.dtype
+    shapes = {"bq": (tau, dk), "bk": (G, dk), "bv": (G, dk), "bo": (d,)}
+    out = {k: np.asarray(arrays[k]) if k in arrays else np.zeros(shape, dtype) for k, shape in shapes.items()}
+    out["given"] = all(k in arrays for k in shapes)
+    return out
 
 
 def _zoom(i, labels, q, K, V, mask, dots, scale) -> dict:

@@ -8,9 +8,12 @@ import sys
 import numpy as np
 
 
-def vec(x, precision: int) -> str:
-    """[0.12 -0.50 1.02]"""
-    return "[" + " ".join(_num(v, precision) for v in np.asarray(x).ravel()) + "]"
+def vec(x, precision: int, limit: int | None = None) -> str:
+    """[0.12 -0.50 1.02]; with `limit`, the first `limit` entries and "…" ([0.12 -0.50 …])."""
+    x = np.asarray(x).ravel()
+    more = limit is not None and x.size > limit
+    shown = " ".join(_num(v, precision) for v in (x[:limit] if more else x))
+    return "[" + shown + (" …]" if more else "]")
 
 
 def _num(v, precision: int) -> str:
@@ -60,23 +63,33 @@ def steps(out, tr, precision: int) -> None:
         )
         table.show_edge = False  # no blank line above and below: the walk stays compact
         out.print(table)
-        if note_text:
-            out.print(note_text, style="italic")
+        if note_text:  # explain has no csv or npz: its JSON holds every number
+            out.print(note_text.split(";")[0] + "; --format json shows all", style="italic")
 
 
 def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
-    from rich import box
-    from rich.table import Table
-
     i, j, g = z["query"], tr.head, tr.kv_head
     p = precision
+    dk = len(z["q"])
+
+    def terms_table(cut: int):  # alpha_i,t, v_t and alpha_i,t v_t, the vectors cut to their first `cut` entries
+        table = _table(("t", "key", f"alpha_{i},t", "v_t", f"alpha_{i},t v_t"), ("key", "v_t", f"alpha_{i},t v_t"))
+        for t in range(len(z["dot"])):
+            table.add_row(
+                str(t), key_labels[t], _num(z["weights"][t], p + 2), vec(z["V"][t], p, cut), vec(z["terms"][t], p, cut)
+            )
+        table.add_row("", "sum", "", "", vec(z["output"], p, cut))
+        return table
+
+    cut = _widest(terms_table, dk, out)  # d_k = 32 (a checkpoint) does not fit in 100 columns: show a prefix
     out.print()
     out.print(f"Query i={i} ({z['token']!r}): Att(q_{i}, K, V) = Softmax(q_{i} K^T * scale + Mask_{i}) V", style="bold")
-    out.print(f"q_{i} = row {i} of Q^[{j}] = {vec(z['q'], p)}")
+    out.print(f"q_{i} = row {i} of Q^[{j}] = {vec(z['q'], p, cut)}", overflow="fold")
+    if cut < dk:
+        out.print(f"(vectors show their first {cut} of d_k={dk} entries, then …; --format json shows all)")
     out.print(f"scale = {z['scale']:.4g}")
-    scores = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for name in ("t", "key", f"q_{i} . k_t", "* scale", f"+ Mask_{i},t", "= s_t", "exp(s_t - max)", f"alpha_{i},t"):
-        scores.add_column(name, justify="left" if name == "key" else "right", no_wrap=True)
+    names = ("t", "key", f"q_{i} . k_t", "* scale", f"+ Mask_{i},t", "= s_t", "exp(s_t - max)", f"alpha_{i},t")
+    scores = _table(names, ("key",))
     for t in range(len(z["dot"])):
         scores.add_row(
             str(t),
@@ -88,25 +101,58 @@ def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
             _num(z["exp"][t], p + 2),
             _num(z["weights"][t], p + 2),
         )
-    out.print(scores)
+    out.print(_narrowed(scores, out))
     out.print(
         f"max s_t = {z['max']:.{p + 2}f};  sum_t exp(s_t - max) = {z['sum']:.{p + 2}f};  "
         f"alpha_{i},t = exp(s_t - max) / sum  (the weights sum to {float(z['weights'].sum()):.{p + 2}f})"
     )
     out.print()
     out.print(f"head_{j} row {i} = sum_t alpha_{i},t v_t  (v_t = row t of V^[{g}])", style="bold")
-    terms = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    for name in ("t", "key", f"alpha_{i},t", "v_t", f"alpha_{i},t v_t"):
-        terms.add_column(name, justify="left" if name in ("key", "v_t", f"alpha_{i},t v_t") else "right", no_wrap=True)
-    for t in range(len(z["dot"])):
-        terms.add_row(str(t), key_labels[t], _num(z["weights"][t], p + 2), vec(z["V"][t], p), vec(z["terms"][t], p))
-    terms.add_row("", "sum", "", "", vec(z["output"], p))
-    out.print(terms)
+    out.print(_narrowed(terms_table(cut), out))
+
+
+def _table(names, left):
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
+    for name in names:
+        table.add_column(name, justify="left" if name in left else "right", no_wrap=True)
+    return table
+
+
+def _width(table, out) -> int:
+    """The table's natural width (rich clamps a measurement to the console: measure against a wide one)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update(width=100_000), table).maximum
+
+
+def _narrowed(table, out):
+    """One space between columns instead of three when the table would not fit the terminal."""
+    if _width(table, out) > out.width:
+        table.padding = (0, 0)
+    return table
+
+
+def _widest(build, n: int, out) -> int:
+    """The most entries (2..n) of each vector for which build(k), narrowed, fits the terminal (binary search)."""
+    lo, hi = 2, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _width(_narrowed(build(mid), out), out) <= out.width:
+            lo = mid
+        else:
+            hi = mid - 1
+    return min(lo, n)
 
 
 def as_json(result, tr, zoom) -> dict:
-    from qkv_cli.export import _nan_to_null, jsonable, settings_dict
+    from qkv_cli import checkpoint, export
+    from qkv_cli.export import _nan_to_null, jsonable
 
+    # a layer of a checkpoint: the settings `qkv run --model --format json` prints
+    settings_dict = checkpoint.settings_dict if "model" in result.extra else export.settings_dict
     doc = {
         "tokens": list(result.tokens.strings),
         "labels": result.labels,

@@ -95,6 +95,25 @@ def mask_command(text, file, causal, window, context, context_file, mask_file, p
     emit_mask(labels, key_labels, grids, maskgrid.allowed_grid(grids, m, n), fmt, window)
 
 
+def mask_model_command(spec: str, text, file, download: bool, fmt: str) -> None:
+    """`qkv mask --model M`: the checkpoint's own Mask over its own tokens ([CLS]/[SEP] included for BERT)."""
+    import numpy as np
+
+    from qkv_cli import checkpoint, maskgrid
+    from qkv_cli.inputs import get_text
+    from qkv_cli.learn_views import emit_mask
+    from qkv_cli.samples import sample_text
+
+    model = checkpoint.load(spec, "float64", download)
+    labels = list(model.tokenize(get_text(text, file, sample_text("short"))).labels)
+    m = len(labels)
+    maskgrid.check_cells(m, m)
+    additive = model.family.mask(m, np.float64)  # None (BERT: bidirectional) or (m, m) causal (GPT-2)
+    grids = {} if additive is None else {"causal": np.isneginf(additive)}
+    info = {"name": model.config.name or model.name, "family": model.config.family}
+    emit_mask(labels, labels, grids, maskgrid.allowed_grid(grids, m, m), fmt, model=info)
+
+
 def emit_roles(results, fmt: str) -> None:
     """`qkv heads` for pipeline Results (one layer each): per-head statistics aggregated over the sentences."""
     from qkv_cli.learn_views import emit_heads

@@ -32,11 +32,12 @@ def settings_suffix(result) -> str:
 # ---- qkv mask ----------------------------------------------------------------------------------------------
 
 
-def mask_doc(labels, key_labels, grids, allowed, window=None) -> dict:
+def mask_doc(labels, key_labels, grids, allowed, window=None, model=None) -> dict:
     from qkv_cli.maskgrid import RULE_HELP, removed_by
 
     m, n = allowed.shape
-    return {
+    doc = {} if model is None else {"model": model}
+    return doc | {
         "tokens": list(labels),
         "key_tokens": list(key_labels),
         "m": m,
@@ -50,9 +51,10 @@ def mask_doc(labels, key_labels, grids, allowed, window=None) -> dict:
     }
 
 
-def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None) -> None:
+def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None, model=None) -> None:
+    """model: {"name", "family"} of a checkpoint whose own tokens and mask these are (qkv mask --model)."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(mask_doc(labels, key_labels, grids, allowed, window)) + "\n")
+        sys.stdout.write(json.dumps(mask_doc(labels, key_labels, grids, allowed, window, model)) + "\n")
         return
     from rich import box
     from rich.table import Table
@@ -72,6 +74,9 @@ def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None) -> None
         if rule in grids:
             code[grids[rule]] = CODES[rule]
     active = ", ".join(rule for rule in RULES if rule in grids) or "none"
+    if model is not None:
+        kind = "causal: query i sees keys 0..i" if grids else "bidirectional, nothing removed"
+        out.print(f"{model['name']} ({model['family']}), its own tokens: {kind}")
     out.print(f"Mask for m={m} queries x n={n} keys; rules: {active}", style="bold")
     table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
     table.add_column(Text(""), no_wrap=True, min_width=label_w, max_width=label_w)

@@ -51,3 +51,21 @@ def minilm_dir():
 @pytest.fixture
 def minilm():
     return minilm_dir()
+
+
+@pytest.fixture
+def gpt2_dir(transformers, torch, tmp_path):
+    """A small random GPT-2 (2 layers, 4 heads, d 32) saved by transformers, with qkv's BPE tokenizer.json."""
+    import shutil
+
+    from tokenizers import Tokenizer
+
+    from qkv_cli.tokens import BPE_PATH
+
+    folder = tmp_path / "gpt2"
+    vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=64, n_embd=32, n_layer=2, n_head=4)
+    transformers.GPT2Model(config).eval().save_pretrained(folder, safe_serialization=True)
+    shutil.copy(BPE_PATH, folder / "tokenizer.json")
+    return folder

@@ -163,3 +163,49 @@ def test_mask_grid_at_80_columns_says_what_is_left_out():
     assert r.exit_code == 0, r.output
     assert "showing 11 of 11 rows and 10 of 11 columns" in r.output
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+# ---- --model: the checkpoint's own tokens and mask --------------------------------------------------------------
+
+
+def test_mask_model_shows_bert_special_tokens_and_removes_nothing(minilm):
+    r = invoke("mask", "The cat sat.", "--model", str(minilm))
+    assert r.exit_code == 0, r.output
+    assert "(bert), its own tokens: bidirectional, nothing removed" in r.output
+    assert "[CLS]" in r.output and "[SEP]" in r.output and "36 of 36 cells may attend" in r.output
+    doc = json.loads(invoke("mask", "The cat sat.", "--model", str(minilm), "--format", "json").stdout)
+    assert doc["tokens"] == ["[CLS]", "the", "cat", "sat", ".", "[SEP]"] == doc["key_tokens"]
+    assert doc["rules"] == {} and doc["counts"] == {"allowed": 36} and doc["model"]["family"] == "bert"
+    assert len(json.loads(invoke("mask", "--model", str(minilm), "--format", "json").stdout)["tokens"]) > 3
+
+
+@pytest.mark.parametrize(
+    "args,flag",
+    [
+        (["--causal"], "--causal"),
+        (["--window", "2"], "--window"),
+        (["--tokenizer", "bpe"], "--tokenizer"),
+        (["--context", "x y"], "--context"),
+        (["--mask-file", "m.txt"], "--mask-file"),
+        (["--pad-to", "9"], "--pad-to"),
+    ],
+)
+def test_mask_model_refuses_options_the_checkpoint_fixes(minilm, args, flag):
+    r = invoke("mask", "a b", "--model", str(minilm), *args)
+    assert r.exit_code == 2 and f"{flag} cannot be used with --model" in r.stderr and r.stderr.count("\n") == 1
+
+
+def test_mask_download_needs_model():
+    r = invoke("mask", "a b", "--download")
+    assert r.exit_code == 2 and "--download needs --model" in r.stderr
+
+
+@pytest.mark.reference
+def test_mask_model_gpt2_is_causal_like_its_forward(gpt2_dir):
+    doc = json.loads(invoke("mask", "the cat sat on it", "--model", str(gpt2_dir), "--format", "json").stdout)
+    m = doc["m"]
+    assert doc["model"]["family"] == "gpt2" and set(doc["rules"]) == {"causal"}
+    np.testing.assert_array_equal(doc["allowed"], np.tril(np.ones((m, m), dtype=bool)))
+    ran = json.loads(invoke("run", "the cat sat on it", "--model", str(gpt2_dir), "--format", "json").stdout)
+    assert ran["labels"] == doc["tokens"]
+    np.testing.assert_array_equal(np.array(ran["attentions"])[0, 0] > 0, doc["allowed"])  # what the forward used
