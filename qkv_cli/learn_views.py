@@ -56,19 +56,15 @@ def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None, model=N
     if fmt == "json":
         sys.stdout.write(json.dumps(mask_doc(labels, key_labels, grids, allowed, window, model)) + "\n")
         return
-    from rich import box
-    from rich.table import Table
     from rich.text import Text
 
     from qkv_cli.maskgrid import RULE_HELP, RULES
-    from qkv_cli.render import MAX_ROWS, fit, short
+    from qkv_cli.render import grid_table
     from qkv_cli.views import console
 
     out = console()
     m, n = allowed.shape
     cw = max(1, min(5, max(len(k) for k in key_labels)))
-    label_w = min(10, max(len(x) for x in labels))
-    n_rows, n_cols = fit(m, MAX_ROWS), fit(n, (out.width - label_w - 2) // (cw + 2))  # a column: cw + 1 and a gap
     code = np.full((m, n), ALLOWED, dtype=object)
     for rule in reversed(RULES):  # the first rule in RULES wins the label
         if rule in grids:
@@ -78,16 +74,11 @@ def emit_mask(labels, key_labels, grids, allowed, fmt: str, window=None, model=N
         kind = "causal: query i sees keys 0..i" if grids else "bidirectional, nothing removed"
         out.print(f"{model['name']} ({model['family']}), its own tokens: {kind}")
     out.print(f"Mask for m={m} queries x n={n} keys; rules: {active}", style="bold")
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False)
-    table.add_column(Text(""), no_wrap=True, min_width=label_w, max_width=label_w)
-    for t in range(n_cols):
-        table.add_column(Text(short(key_labels[t], cw)), justify="center", no_wrap=True, min_width=cw + 1)
-    for i in range(n_rows):
-        cells = [Text(short(labels[i], label_w))]
-        for t in range(n_cols):
-            c = code[i, t]
-            cells.append(Text(c, style="dim" if c == ALLOWED else "bold"))
-        table.add_row(*cells)
+
+    def cell(i, t):
+        return Text(code[i, t], style="dim" if code[i, t] == ALLOWED else "bold")
+
+    table, n_rows, n_cols = grid_table(labels, key_labels, cell, cw, out.width, justify="center")
     out.print(table)
     if n_rows < m or n_cols < n:
         out.print(f"showing {n_rows} of {m} rows and {n_cols} of {n} columns; --format json shows all", style="italic")

@@ -31,31 +31,41 @@ def fit(total: int, budget: int) -> int:
     return max(1, min(total, budget))
 
 
-def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, weights=False, masked=None):
-    """One 2-D matrix as a table; returns (table, note) where note says what was left out, if anything."""
-    rows, cols = matrix.shape
-    cell = precision + 3 + (0 if weights else 2)
+def grid_table(row_labels, col_labels, cell, cell_width, width, title=None, justify="right"):
+    """A labelled grid with as many rows and columns as fit `width`; cell(i, j) -> Text.
+
+    Returns (table, rows shown, columns shown)."""
     label_w = min(LABEL_WIDTH, max([len(x) for x in row_labels] + [3]))
-    n_rows = fit(rows, MAX_ROWS)
-    n_cols = fit(cols, (width - label_w - 2) // (cell + 2))  # 2 edges; a column is cell + 1 plus a separator
+    n_rows = fit(len(row_labels), MAX_ROWS)
+    n_cols = fit(len(col_labels), (width - label_w - 2) // (cell_width + 2))  # 2 edges; cell + 1 and a separator
     title = Text(title, style="table.title", no_wrap=True, overflow="ignore") if title else None  # never wrapped
     table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 0), pad_edge=False, title_justify="left")
     table.add_column(Text(""), justify="left", no_wrap=True, min_width=label_w, max_width=label_w)
     for j in range(n_cols):
-        table.add_column(Text(short(col_labels[j], cell)), justify="right", no_wrap=True, min_width=cell + 1)
+        table.add_column(Text(short(col_labels[j], cell_width)), justify=justify, no_wrap=True,
+                         min_width=cell_width + 1)  # fmt: skip
     for i in range(n_rows):
-        cells = [Text(short(row_labels[i], label_w))]
-        for j in range(n_cols):
-            v = matrix[i, j]
-            if masked is not None and masked[i, j]:
-                cells.append(Text(MASKED, style="dim"))
-            elif weights:
-                cells.append(Text(f"{v:.{precision}f}", style=shade(v)))
-            elif np.isneginf(v):
-                cells.append(Text("-inf", style="dim"))
-            else:  # a huge value (a huge --scale) in exponent form: fixed point would be cut off unreadably
-                cells.append(Text(f"{v:.{precision}f}" if abs(v) < 1e6 else f"{v:.{max(precision, 1)}e}"))
-        table.add_row(*cells)
+        table.add_row(Text(short(row_labels[i], label_w)), *(cell(i, j) for j in range(n_cols)))
+    return table, n_rows, n_cols
+
+
+def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, weights=False, masked=None):
+    """One 2-D matrix as a table; returns (table, note) where note says what was left out, if anything."""
+    rows, cols = matrix.shape
+
+    def cell(i, j):
+        v = matrix[i, j]
+        if masked is not None and masked[i, j]:
+            return Text(MASKED, style="dim")
+        if weights:
+            return Text(f"{v:.{precision}f}", style=shade(v))
+        if np.isneginf(v):
+            return Text("-inf", style="dim")
+        # a huge value (a huge --scale) in exponent form: fixed point would be cut off unreadably
+        return Text(f"{v:.{precision}f}" if abs(v) < 1e6 else f"{v:.{max(precision, 1)}e}")
+
+    width_of_cell = precision + 3 + (0 if weights else 2)
+    table, n_rows, n_cols = grid_table(row_labels, col_labels, cell, width_of_cell, width, title)
     note = None
     if n_rows < rows or n_cols < cols:
         note = (
