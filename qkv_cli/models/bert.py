@@ -12,10 +12,56 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.models.config import ModelConfig
-from qkv_cli.models.layers import ACTIVATIONS, AttentionParts, AttentionWeights, Linear, layer_norm, self_attention
+from qkv_cli.core.masks import MaskSpec
+from qkv_cli.errors import QkvError
+from qkv_cli.models.attention import Attended, AttentionWeights, Hooks, self_attention
+from qkv_cli.models.config import ModelConfig, Param, attention_params
+from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm
 
+MODEL_TYPE = "bert"
 PREFIXES = ("bert.", "")
+ATTENTION_INPUT = "the layer input"
+
+
+def read_config(keys) -> dict:
+    """The config.json keys a BERT-family checkpoint uses."""
+    if keys.get("position_embedding_type", "absolute") != "absolute":
+        raise QkvError(
+            f"{keys.where}: position_embedding_type {keys.raw['position_embedding_type']!r} is not supported"
+        )
+    return {
+        "n_layers": keys.int("num_hidden_layers"),
+        "n_heads": keys.int("num_attention_heads"),
+        "d": keys.int("hidden_size"),
+        "d_ff": keys.int("intermediate_size"),
+        "vocab_size": keys.int("vocab_size"),
+        "max_positions": keys.int("max_position_embeddings"),
+        "type_vocab_size": keys.int("type_vocab_size", 2),
+        "norm_eps": keys.number("layer_norm_eps", 1e-12),
+        "activation": keys.str("hidden_act", "gelu"),
+    }
+
+
+def parameter_table(c: ModelConfig) -> list[Param]:
+    """Every learned matrix the forward pass uses (the pooler is not used and not listed)."""
+    L, d, dff = c.n_layers, c.d, c.d_ff
+    ln1, ln2 = "LayerNorm after attention (post-LN)", "LayerNorm after the feed-forward (post-LN)"
+    return [
+        Param("word_embeddings", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
+        Param("position_embeddings", "P", (c.max_positions, d), 1, "learned position vectors"),
+        Param("token_type_embeddings", "T", (c.type_vocab_size, d), 1, "segment vectors (sentence A/B)"),
+        Param("embeddings_ln_gamma", "gamma", (d,), 1, "embedding LayerNorm scale"),
+        Param("embeddings_ln_beta", "beta", (d,), 1, "embedding LayerNorm shift"),
+        *attention_params(c),
+        Param("ln1_gamma", "gamma_1", (d,), L, ln1 + ", scale"),
+        Param("ln1_beta", "beta_1", (d,), L, ln1 + ", shift"),
+        Param("W_1", "W_1", (d, dff), L, "feed-forward expansion"),
+        Param("b_1", "b_1", (dff,), L, "feed-forward expansion bias"),
+        Param("W_2", "W_2", (dff, d), L, "feed-forward projection back to d"),
+        Param("b_2", "b_2", (d,), L, "feed-forward output bias"),
+        Param("ln2_gamma", "gamma_2", (d,), L, ln2 + ", scale"),
+        Param("ln2_beta", "beta_2", (d,), L, ln2 + ", shift"),
+    ]
 
 
 def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -68,11 +114,10 @@ class Params:
     blocks: list[Block]
 
 
-def prepare(w: dict, c: ModelConfig, dtype) -> Params:
+def prepare(w, c: ModelConfig, dtype) -> Params:
     """Checkpoint tensors (prefix stripped) -> Params in `dtype`; Linear weights stay (out, in), Q|K|V stacked."""
 
-    def v(name):
-        return np.ascontiguousarray(w[name], dtype=dtype)
+    v = w  # w(name): the tensor, cast to dtype (models.weights.Tensors)
 
     def dense(name):
         return Linear(v(name + ".weight"), v(name + ".bias"), out_in=True)
@@ -88,7 +133,7 @@ def prepare(w: dict, c: ModelConfig, dtype) -> Params:
         )
         blocks.append(
             Block(
-                attn=AttentionWeights(qkv=qkv, o=dense(p + "attention.output.dense"), tau=c.n_heads),
+                attn=AttentionWeights(qkv, dense(p + "attention.output.dense"), c.n_heads, c.n_kv_heads, c.d_k),
                 ln1=(v(p + "attention.output.LayerNorm.weight"), v(p + "attention.output.LayerNorm.bias")),
                 ffn1=dense(p + "intermediate.dense"),
                 ffn2=dense(p + "output.dense"),
@@ -113,27 +158,32 @@ def embed(params: Params, c: ModelConfig, ids, type_ids=None):  # [m] -> [m, d]
         x += params.T[0]
     else:
         x += params.T[type_ids]
-    return layer_norm(x, *params.ln_emb, c.layer_norm_eps)
+    return layer_norm(x, *params.ln_emb, c.norm_eps)
 
 
-def mask(m: int, dtype):  # -> None: bidirectional, every query sees every key
-    return None
+def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:  # bidirectional: every query sees every key
+    return MaskSpec()
 
 
-def scale(c: ModelConfig, layer: int) -> float:
-    return 1 / math.sqrt(c.d_k)
+def layer_type(c: ModelConfig, layer: int) -> str:
+    return ""
 
 
-def block(b: Block, c: ModelConfig, x, mask, scale, kernel) -> tuple[np.ndarray, AttentionParts]:  # [m, d] -> [m, d]
+def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product attention
+    return Hooks(scale=1 / math.sqrt(c.d_k))
+
+
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.ndarray, Attended]:  # [m, d] -> [m, d]
     """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
-    parts = self_attention(x, b.attn, mask, scale, kernel)  # H = x: the layer's input
+    b = p.blocks[layer]
+    parts = self_attention(x, b.attn, hooks(c, layer), mask, kernel)  # H = x: the layer's input
     h = parts.output + x
-    h = layer_norm(h, *b.ln1, c.layer_norm_eps)
+    h = layer_norm(h, *b.ln1, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
     out = b.ffn2(f)  # (m, d_ff) x (d_ff, d) -> (m, d)
     out += h
-    return layer_norm(out, *b.ln2, c.layer_norm_eps), parts
+    return layer_norm(out, *b.ln2, c.norm_eps), parts
 
 
-def final(params: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: BERT has no final LayerNorm
+def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: BERT has no final LayerNorm
     return x

@@ -1,142 +1,158 @@
-"""A checkpoint's config.json as a frozen ModelConfig, and its parameter table (pure Python: no numpy import).
+"""A checkpoint's config.json as a frozen ModelConfig (pure Python: no numpy import).
 
-Notation: L layers, tau heads, d model width, d_k = d / tau, d_ff feed-forward width, V vocabulary size,
-P position limit (max_position_embeddings / n_positions).
+Notation: L layers, tau query heads, G key/value heads, d model width, d_k head width, d_ff feed-forward width,
+V vocabulary size, P position limit. Each family reads its own keys (its module's ``read_config``) through
+``Keys``, which names the missing or mistyped key in its error.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
 
-FAMILIES = ("bert", "gpt2")
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
-
-# config.json keys per family: our field -> (key, default or REQUIRED)
 REQUIRED = object()
-KEYS = {
-    "bert": {
-        "n_layers": ("num_hidden_layers", REQUIRED),
-        "n_heads": ("num_attention_heads", REQUIRED),
-        "d": ("hidden_size", REQUIRED),
-        "d_ff": ("intermediate_size", REQUIRED),
-        "vocab_size": ("vocab_size", REQUIRED),
-        "max_positions": ("max_position_embeddings", REQUIRED),
-        "type_vocab_size": ("type_vocab_size", 2),
-        "layer_norm_eps": ("layer_norm_eps", 1e-12),
-        "activation": ("hidden_act", "gelu"),
-    },
-    "gpt2": {
-        "n_layers": ("n_layer", REQUIRED),
-        "n_heads": ("n_head", REQUIRED),
-        "d": ("n_embd", REQUIRED),
-        "d_ff": ("n_inner", None),  # None means 4 d
-        "vocab_size": ("vocab_size", REQUIRED),
-        "max_positions": ("n_positions", REQUIRED),
-        "layer_norm_eps": ("layer_norm_epsilon", 1e-5),
-        "activation": ("activation_function", "gelu_new"),
-        "scale_attn_weights": ("scale_attn_weights", True),
-        "scale_by_layer": ("scale_attn_by_inverse_layer_idx", False),
-    },
-}
+MAX_LAYERS = 4096  # declared sizes beyond these are refused before anything is allocated for them
+MAX_WIDTH = 1 << 20
+MAX_VOCAB = 1 << 24
+MAX_CONFIG_BYTES = 16 * 2**20
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu")  # models.layers has each
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """What the forward pass needs from config.json; checks its invariants at construction."""
 
-    family: str  # "bert" or "gpt2"
+    family: str  # the model_type
     n_layers: int  # L
     n_heads: int  # tau
     d: int  # model width
     d_ff: int  # feed-forward width
     vocab_size: int  # V
-    max_positions: int  # P: the longest input the position table allows
-    layer_norm_eps: float
-    activation: str  # gelu (exact erf), gelu_new / gelu_pytorch_tanh (tanh), relu
+    max_positions: int  # P: the longest input the model accepts
+    norm_eps: float
+    activation: str
+    n_kv_heads: int = 0  # G key/value heads (0: as many as query heads)
+    head_dim: int = 0  # d_k (0: d / tau)
+    positions_key: str = "max_position_embeddings"  # the config key behind max_positions, for messages
     type_vocab_size: int = 0  # bert: token-type (segment) embeddings
     scale_attn_weights: bool = True  # gpt2: divide scores by sqrt(d_k)
     scale_by_layer: bool = False  # gpt2: also divide by (layer index + 1)
+    options: dict = field(default_factory=dict)  # what else a family reads (RoPE, windows, norms ...)
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise QkvError(f"unsupported model_type {self.family!r}: supported are {', '.join(FAMILIES)}")
-        for field in ("n_layers", "n_heads", "d", "d_ff", "vocab_size", "max_positions"):
-            value = getattr(self, field)
+        for name in ("n_layers", "n_heads", "d", "d_ff", "vocab_size", "max_positions"):
+            value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise QkvError(f"{self._where()}: {field} must be a positive integer, got {value!r}")
-        if self.d % self.n_heads:
-            raise QkvError(f"{self._where()}: d ({self.d}) must be divisible by the number of heads ({self.n_heads})")
+                raise QkvError(f"{self._where()}: {name} must be a positive integer, got {value!r}")
+        for name, limit in (("n_layers", MAX_LAYERS), ("n_heads", MAX_WIDTH), ("d", MAX_WIDTH),
+                            ("d_ff", 8 * MAX_WIDTH), ("vocab_size", MAX_VOCAB)):  # fmt: skip
+            if getattr(self, name) > limit:
+                raise QkvError(
+                    f"{self._where()}: {name} = {getattr(self, name)} is beyond any real model (at most {limit})"
+                )
+        if not self.n_kv_heads:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if not self.head_dim:
+            if self.d % self.n_heads:
+                raise QkvError(
+                    f"{self._where()}: d ({self.d}) must be divisible by the number of heads ({self.n_heads})"
+                )
+            object.__setattr__(self, "head_dim", self.d // self.n_heads)
+        for name in ("n_kv_heads", "head_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_WIDTH:
+                raise QkvError(f"{self._where()}: {name} must be a positive integer, got {value!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise QkvError(
+                f"{self._where()}: the {self.n_heads} query heads must be divisible by the {self.n_kv_heads} "
+                "key/value heads (num_key_value_heads)"
+            )
         if self.activation not in ACTIVATIONS:
             raise QkvError(
                 f"{self._where()}: activation {self.activation!r} is not supported: use one of {', '.join(ACTIVATIONS)}"
             )
-        eps = self.layer_norm_eps
+        eps = self.norm_eps
         if not isinstance(eps, int | float) or isinstance(eps, bool) or not (math.isfinite(eps) and eps >= 0):
-            raise QkvError(f"{self._where()}: layer_norm_eps must be a finite number >= 0, got {eps!r}")
+            raise QkvError(f"{self._where()}: the norm epsilon must be a finite number >= 0, got {eps!r}")
 
     @property
     def d_k(self) -> int:
-        return self.d // self.n_heads
+        return self.head_dim
+
+    @property
+    def G(self) -> int:
+        return self.n_kv_heads
+
+    def opt(self, name: str, default=None):
+        return self.options.get(name, default)
 
     def _where(self) -> str:
         return f"config of {self.name}" if self.name else "model config"
 
 
+class Keys:
+    """Typed reads of config.json keys for one family; a missing or mistyped key is a one-line QkvError."""
+
+    def __init__(self, raw: dict, where: str, family: str):
+        self.raw, self.where, self.family = raw, where, family
+
+    def get(self, key: str, default=REQUIRED):
+        if key in self.raw and self.raw[key] is not None:
+            return self.raw[key]
+        if default is REQUIRED:
+            raise QkvError(f"{self.where} is missing the key '{key}' (needed for a {self.family} model)")
+        return default
+
+    def int(self, key: str, default=REQUIRED):
+        value = self.get(key, default)
+        if value is not default and (not isinstance(value, int) or isinstance(value, bool)):
+            raise QkvError(f"{self.where}: '{key}' must be an integer, got {value!r}")
+        return value
+
+    def number(self, key: str, default=REQUIRED):
+        value = self.get(key, default)
+        if value is not default and (not isinstance(value, int | float) or isinstance(value, bool)):
+            raise QkvError(f"{self.where}: '{key}' must be a number, got {value!r}")
+        if value is not default and not math.isfinite(value):
+            raise QkvError(f"{self.where}: '{key}' must be finite, got {value!r}")
+        return value
+
+    def bool(self, key: str, default=REQUIRED):
+        value = self.get(key, default)
+        if not isinstance(value, bool):
+            raise QkvError(f"{self.where}: '{key}' must be true or false, got {value!r}")
+        return value
+
+    def str(self, key: str, default=REQUIRED):
+        value = self.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise QkvError(f"{self.where}: '{key}' must be a string, got {value!r}")
+        return value
+
+
 def config_from_dict(raw: dict, name: str = "") -> ModelConfig:
-    """Map a Hugging Face config.json dict onto ModelConfig; QkvError names a missing or bad key."""
+    """Map a Hugging Face config.json dict onto ModelConfig through its family; QkvError names what is wrong."""
+    from qkv_cli.models.registry import family_for
+
     where = f"config.json of {name}" if name else "config.json"
     if not isinstance(raw, dict):
         raise QkvError(f"{where} must hold a JSON object, got {type(raw).__name__}")
-    family = raw.get("model_type")
-    if family is None:
-        raise QkvError(f"{where} has no 'model_type': supported are {', '.join(FAMILIES)}")
-    if family not in KEYS:
-        raise QkvError(f"{where}: model_type {family!r} is not supported: supported are {', '.join(FAMILIES)}")
-    values = {}
-    for field, (key, default) in KEYS[family].items():
-        if key in raw and raw[key] is not None:
-            values[field] = raw[key]
-        elif default is REQUIRED:
-            raise QkvError(f"{where} is missing the key '{key}' (needed for a {family} model)")
-        else:
-            values[field] = default
-    if family == "gpt2" and values["d_ff"] is None:
-        values["d_ff"] = 4 * values["d"] if isinstance(values["d"], int) else values["d"]
-    if family == "bert" and raw.get("position_embedding_type", "absolute") != "absolute":
-        raise QkvError(f"{where}: position_embedding_type {raw['position_embedding_type']!r} is not supported")
-    for field, (key, _) in KEYS[family].items():
-        if field in ("activation",):
-            if not isinstance(values[field], str):
-                raise QkvError(f"{where}: '{key}' must be a string, got {values[field]!r}")
-        elif field in ("scale_attn_weights", "scale_by_layer"):
-            if not isinstance(values[field], bool):
-                raise QkvError(f"{where}: '{key}' must be true or false, got {values[field]!r}")
-        elif field != "layer_norm_eps" and (not isinstance(values[field], int) or isinstance(values[field], bool)):
-            raise QkvError(f"{where}: '{key}' must be an integer, got {values[field]!r}")
-    return ModelConfig(family=family, name=name, **values)
+    family = family_for(raw.get("model_type"), where)
+    fields = family.read_config(Keys(raw, where, family.MODEL_TYPE))
+    return ModelConfig(family=family.MODEL_TYPE, name=name, **fields)
 
 
 def read_config(folder: str | Path, name: str = "") -> ModelConfig:
     """ModelConfig from folder/config.json; QkvError if it is missing, not JSON, or lacks a key."""
+    from qkv_cli.files import read_json
+
     path = Path(folder) / "config.json"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise QkvError(
-            f"no config.json in '{folder}': a model folder needs config.json, model.safetensors and tokenizer.json"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise QkvError(f"cannot read '{path}': {exc}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise QkvError(f"'{path}' is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    raw = read_json(path, MAX_CONFIG_BYTES, missing=f"no config.json in '{folder}': a model folder needs "
+                    "config.json, model.safetensors and tokenizer.json")  # fmt: skip
     return config_from_dict(raw, name or Path(folder).name)
 
 
@@ -155,52 +171,25 @@ class Param:
         return self.count * math.prod(self.shape)
 
 
-def parameter_table(config: ModelConfig) -> list[Param]:
-    """Every learned matrix the forward pass uses, with its real shape and count; sum(p.params) is the total.
+def attention_params(c: ModelConfig, biases: bool = True, output_bias: bool = True) -> list[Param]:
+    """The attention sub-layer's matrices per head (d x d_k, count L * tau or L * G), as the notation lists them."""
+    L, tau, G, d, dk = c.n_layers, c.n_heads, c.n_kv_heads, c.d, c.d_k
+    out = []
+    for letter, heads, what in (("q", tau, "query"), ("k", G, "key"), ("v", G, "value")):
+        out.append(Param(f"W_{letter}", f"W_j^{letter}", (d, dk), L * heads, f"{what} projection of head j"))
+        if biases:
+            out.append(Param(f"b_{letter}", f"b_j^{letter}", (dk,), L * heads, f"{what} bias of head j"))
+    out.append(Param("W_o", "W^o", (tau * dk, d), L, "output projection of the concatenated heads"))
+    if output_bias:
+        out.append(Param("b_o", "b^o", (d,), L, "output bias"))
+    return out
 
-    Per-head projections are listed per head (d x d_k, count L * tau) as in the notation table; they are the
-    column blocks of the checkpoint's d x d matrices. The BERT pooler is not used and not listed.
-    """
-    L, tau, d, dk, dff = config.n_layers, config.n_heads, config.d, config.d_k, config.d_ff
-    if config.family == "bert":
-        emb = [
-            Param("word_embeddings", "E", (config.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
-            Param("position_embeddings", "P", (config.max_positions, d), 1, "learned position vectors"),
-            Param("token_type_embeddings", "T", (config.type_vocab_size, d), 1, "segment vectors (sentence A/B)"),
-            Param("embeddings_ln_gamma", "gamma", (d,), 1, "embedding LayerNorm scale"),
-            Param("embeddings_ln_beta", "beta", (d,), 1, "embedding LayerNorm shift"),
-        ]
-        final: list[Param] = []
-        ln1, ln2 = "LayerNorm after attention (post-LN)", "LayerNorm after the feed-forward (post-LN)"
-    else:
-        emb = [
-            Param("wte", "E", (config.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
-            Param("wpe", "P", (config.max_positions, d), 1, "learned position vectors"),
-        ]
-        final = [
-            Param("ln_f_gamma", "gamma", (d,), 1, "final LayerNorm scale"),
-            Param("ln_f_beta", "beta", (d,), 1, "final LayerNorm shift"),
-        ]
-        ln1, ln2 = "LayerNorm before attention (pre-LN)", "LayerNorm before the feed-forward (pre-LN)"
-    layer = [
-        Param("W_q", "W_j^q", (d, dk), L * tau, "query projection of head j"),
-        Param("b_q", "b_j^q", (dk,), L * tau, "query bias of head j"),
-        Param("W_k", "W_j^k", (d, dk), L * tau, "key projection of head j"),
-        Param("b_k", "b_j^k", (dk,), L * tau, "key bias of head j"),
-        Param("W_v", "W_j^v", (d, dk), L * tau, "value projection of head j"),
-        Param("b_v", "b_j^v", (dk,), L * tau, "value bias of head j"),
-        Param("W_o", "W^o", (d, d), L, "output projection of the concatenated heads"),
-        Param("b_o", "b^o", (d,), L, "output bias"),
-        Param("ln1_gamma", "gamma_1", (d,), L, ln1 + ", scale"),
-        Param("ln1_beta", "beta_1", (d,), L, ln1 + ", shift"),
-        Param("W_1", "W_1", (d, dff), L, "feed-forward expansion"),
-        Param("b_1", "b_1", (dff,), L, "feed-forward expansion bias"),
-        Param("W_2", "W_2", (dff, d), L, "feed-forward projection back to d"),
-        Param("b_2", "b_2", (d,), L, "feed-forward output bias"),
-        Param("ln2_gamma", "gamma_2", (d,), L, ln2 + ", scale"),
-        Param("ln2_beta", "beta_2", (d,), L, ln2 + ", shift"),
-    ]
-    return emb + layer + final
+
+def parameter_table(config: ModelConfig) -> list[Param]:
+    """Every learned matrix of the checkpoint, as its family lists it."""
+    from qkv_cli.models.registry import family_for
+
+    return family_for(config.family).parameter_table(config)
 
 
 def parameter_count(config: ModelConfig) -> int:

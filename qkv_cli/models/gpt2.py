@@ -13,11 +13,52 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.masks import build_mask
-from qkv_cli.models.config import ModelConfig
-from qkv_cli.models.layers import ACTIVATIONS, AttentionParts, AttentionWeights, Linear, layer_norm, self_attention
+from qkv_cli.core.masks import MaskSpec
+from qkv_cli.models.attention import Attended, AttentionWeights, Hooks, self_attention
+from qkv_cli.models.config import ModelConfig, Param, attention_params
+from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm
 
+MODEL_TYPE = "gpt2"
 PREFIXES = ("transformer.", "")
+ATTENTION_INPUT = "LN_1 of the layer input"
+
+
+def read_config(keys) -> dict:
+    """The config.json keys a GPT-2-family checkpoint uses."""
+    d = keys.int("n_embd")
+    return {
+        "n_layers": keys.int("n_layer"),
+        "n_heads": keys.int("n_head"),
+        "d": d,
+        "d_ff": keys.int("n_inner", 4 * d),
+        "vocab_size": keys.int("vocab_size"),
+        "max_positions": keys.int("n_positions"),
+        "positions_key": "n_positions",
+        "norm_eps": keys.number("layer_norm_epsilon", 1e-5),
+        "activation": keys.str("activation_function", "gelu_new"),
+        "scale_attn_weights": keys.bool("scale_attn_weights", True),
+        "scale_by_layer": keys.bool("scale_attn_by_inverse_layer_idx", False),
+    }
+
+
+def parameter_table(c: ModelConfig) -> list[Param]:
+    L, d, dff = c.n_layers, c.d, c.d_ff
+    ln1, ln2 = "LayerNorm before attention (pre-LN)", "LayerNorm before the feed-forward (pre-LN)"
+    return [
+        Param("wte", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
+        Param("wpe", "P", (c.max_positions, d), 1, "learned position vectors"),
+        *attention_params(c),
+        Param("ln1_gamma", "gamma_1", (d,), L, ln1 + ", scale"),
+        Param("ln1_beta", "beta_1", (d,), L, ln1 + ", shift"),
+        Param("W_1", "W_1", (d, dff), L, "feed-forward expansion"),
+        Param("b_1", "b_1", (dff,), L, "feed-forward expansion bias"),
+        Param("W_2", "W_2", (dff, d), L, "feed-forward projection back to d"),
+        Param("b_2", "b_2", (d,), L, "feed-forward output bias"),
+        Param("ln2_gamma", "gamma_2", (d,), L, ln2 + ", scale"),
+        Param("ln2_beta", "beta_2", (d,), L, ln2 + ", shift"),
+        Param("ln_f_gamma", "gamma", (d,), 1, "final LayerNorm scale"),
+        Param("ln_f_beta", "beta", (d,), 1, "final LayerNorm shift"),
+    ]
 
 
 def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -63,11 +104,10 @@ class Params:
     ln_f: tuple[np.ndarray, np.ndarray]
 
 
-def prepare(w: dict, c: ModelConfig, dtype) -> Params:
+def prepare(w, c: ModelConfig, dtype) -> Params:
     """Checkpoint tensors (prefix stripped) -> Params in `dtype` (Conv1D weights are already x @ W)."""
 
-    def v(name):
-        return np.ascontiguousarray(w[name], dtype=dtype)
+    v = w  # w(name): the tensor, cast to dtype (models.weights.Tensors)
 
     def conv1d(name):
         return Linear(v(name + ".weight"), v(name + ".bias"), out_in=False)
@@ -78,7 +118,9 @@ def prepare(w: dict, c: ModelConfig, dtype) -> Params:
         blocks.append(
             Block(
                 ln1=(v(p + "ln_1.weight"), v(p + "ln_1.bias")),
-                attn=AttentionWeights(qkv=conv1d(p + "attn.c_attn"), o=conv1d(p + "attn.c_proj"), tau=c.n_heads),
+                attn=AttentionWeights(
+                    conv1d(p + "attn.c_attn"), conv1d(p + "attn.c_proj"), c.n_heads, c.n_heads, c.d_k
+                ),
                 ln2=(v(p + "ln_2.weight"), v(p + "ln_2.bias")),
                 ffn1=conv1d(p + "mlp.c_fc"),
                 ffn2=conv1d(p + "mlp.c_proj"),
@@ -94,26 +136,31 @@ def embed(params: Params, c: ModelConfig, ids, type_ids=None):  # [m] -> [m, d]
     return x
 
 
-def mask(m: int, dtype):  # -> [m, m] causal: query i sees keys 0..i
-    return build_mask(m, causal=True, dtype=dtype)
+def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:  # causal: query i sees keys 0..i
+    return MaskSpec(causal=True)
 
 
-def scale(c: ModelConfig, layer: int) -> float:
+def layer_type(c: ModelConfig, layer: int) -> str:
+    return ""
+
+
+def hooks(c: ModelConfig, layer: int) -> Hooks:  # the scale: 1/sqrt(d_k), optionally / (layer + 1)
     s = 1 / math.sqrt(c.d_k) if c.scale_attn_weights else 1.0
-    return s / (layer + 1) if c.scale_by_layer else s
+    return Hooks(scale=s / (layer + 1) if c.scale_by_layer else s)
 
 
-def block(b: Block, c: ModelConfig, x, mask, scale, kernel) -> tuple[np.ndarray, AttentionParts]:  # [m, d] -> [m, d]
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.ndarray, Attended]:  # [m, d] -> [m, d]
     """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x'))."""
-    H = layer_norm(x, *b.ln1, c.layer_norm_eps)  # the attention's input
-    parts = self_attention(H, b.attn, mask, scale, kernel)
+    b = p.blocks[layer]
+    H = layer_norm(x, *b.ln1, c.norm_eps)  # the attention's input
+    parts = self_attention(H, b.attn, hooks(c, layer), mask, kernel)
     x = parts.output + x
-    h = layer_norm(x, *b.ln2, c.layer_norm_eps)
+    h = layer_norm(x, *b.ln2, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
     out = b.ffn2(f)  # (m, d_ff) x (d_ff, d) -> (m, d)
     out += x
     return out, parts
 
 
-def final(params: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: LN_f
-    return layer_norm(x, *params.ln_f, c.layer_norm_eps)
+def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: LN_f
+    return layer_norm(x, *p.ln_f, c.norm_eps)

@@ -1,0 +1,115 @@
+"""The typer app: one error policy (one line on stderr, exit 2), the version, and the entry point."""
+
+import os
+import sys
+from typing import Annotated
+
+import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x raises the exceptions of its own vendored click (and click may not be installed at all)
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer is built on click
+    from click import exceptions as click_exceptions
+
+from qkv_cli import __version__
+from qkv_cli.errors import QkvError
+
+
+class QkvGroup(TyperGroup):
+    """Every error reaches the user as one line on stderr with exit code 2; never a traceback."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        code = 0
+        try:
+            rv = super().main(args=args, prog_name="qkv", complete_var=complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0
+        except NO_ARGS_IS_HELP as exc:  # `qkv` alone: the help, on stdout, as for --help
+            typer.echo(exc.format_message())
+        except click_exceptions.UsageError as exc:
+            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+            code = fail(f"{where}{usage_message(exc)}")
+        except click_exceptions.ClickException as exc:
+            code = fail(exc.format_message())
+        except QkvError as exc:
+            code = fail(str(exc))
+        except typer.Abort:
+            code = fail("aborted", 130)
+        except MemoryError:
+            code = fail("out of memory: try --dtype float32, --window N, fewer heads or a shorter text")
+        except BrokenPipeError:  # the reader went away (`qkv run ... | head`): stop quietly
+            quiet_stdout()
+            code = 0
+        except Exception as exc:  # a bug: still one line, but exit 1 so tests and users can tell
+            if os.environ.get("QKV_DEBUG"):
+                raise
+            code = fail(f"internal error: {type(exc).__name__}: {exc} (QKV_DEBUG=1 shows the traceback)", 1)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())
+
+
+def usage_message(exc) -> str:
+    """Click's message, plus the rejected value when typer's validator only says what it wanted."""
+    message = exc.format_message()
+    errors = getattr(exc.__cause__, "errors", None)  # typer validates with pydantic: the error holds the input
+    if isinstance(exc, click_exceptions.BadParameter) and callable(errors):
+        try:
+            value = errors()[0]["input"]
+        except (LookupError, TypeError, ValueError):
+            return message
+        if isinstance(value, str | int | float) and repr(str(value)) not in message:
+            return f"{message} (got {str(value)!r})"
+    elif not isinstance(exc, click_exceptions.BadParameter) and exc.ctx is not None:  # unknown option or command
+        return f"{message} (try '{exc.ctx.command_path} --help')"
+    return message
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (e.g. under CliRunner)
+        pass
+
+
+def fail(message: str, code: int = 2) -> int:
+    line = " ".join(str(message).split())
+    if not line.isprintable():  # a NUL or an escape sequence from user input must not reach the terminal raw
+        line = "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+    sys.stderr.write(f"qkv: error: {line}\n")
+    sys.stderr.flush()
+    return code
+
+
+app = typer.Typer(
+    cls=QkvGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Inspect Q, K, V and masked multi-head attention: Att(Q, K, V) = Softmax(Q K^T / sqrt(d_k) + Mask) V.",
+)
+
+
+def version_callback(value: bool):
+    if value:
+        typer.echo(f"qkv {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+):
+    """Inspect Q, K, V and masked multi-head attention from the terminal."""
+
+
+def main():
+    app(prog_name="qkv")

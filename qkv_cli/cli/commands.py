@@ -1,0 +1,184 @@
+"""One short function per command: parse, compute, view. Heavy modules are imported inside them."""
+
+from typing import Annotated
+
+import typer
+
+from qkv_cli.cli.app import app
+from qkv_cli.cli.options import (
+    ABLATION,
+    BUDGET,
+    CHECKPOINT,
+    CROSS,
+    MASKS,
+    RANDOM,
+    SHOW_CHOICES,
+    TEXT,
+    BatchOpt,
+    CausalOpt,
+    ContextFileOpt,
+    ContextOpt,
+    DOpt,
+    DownloadOpt,
+    DtypeOpt,
+    FileOpt,
+    Format,
+    FormatOpt,
+    HeadOpt,
+    KvHeadsOpt,
+    LayerOpt,
+    MaskFileOpt,
+    ModelOpt,
+    MOpt,
+    NOpt,
+    OutOpt,
+    PadToOpt,
+    PrecisionOpt,
+    SaveNpzOpt,
+    ShowOpt,
+    TableJson,
+    TableJsonOpt,
+    TauOpt,
+    TextArg,
+    TokenizerOpt,
+    WindowOpt,
+)  # fmt: skip
+from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
+from qkv_cli.errors import QkvError
+
+EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, BUDGET)
+
+
+def sample(name: str | None = None) -> str:
+    from qkv_cli.text.samples import default_text, sample_text
+
+    return default_text() if name is None else sample_text(name)
+
+
+def prepare(req, head):
+    """Load the checkpoint (if any) and check --head against its heads, before the text is run."""
+    from qkv_cli.pipeline.compute import load_model
+
+    model = load_model(req) if req.model is not None else None
+    return model, parse_heads(head, req.settings.tau if model is None else model.config.n_heads)
+
+
+@app.command(epilog="Example: qkv run 'The animal did not cross the street because it was tired.' --heads 8 --causal")
+@takes(*EVERYTHING)
+def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt = "weights",
+        precision: PrecisionOpt = 2, format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
+        batch: BatchOpt = False):  # fmt: skip
+    """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
+
+    With no TEXT and no --file, uses a built-in sample sentence."""
+    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.views.files import check_output_path
+    from qkv_cli.views.run import emit
+
+    names = parse_show(show, SHOW_CHOICES)
+    if save_npz is not None:
+        check_output_path(save_npz)
+    req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table)
+    model, heads = prepare(req, head)
+    emit(compute(req, model), names, heads, precision, format.value, save_npz)
+
+
+@app.command(epilog="Example: qkv heatmap --causal --heads 4 --out causal.png")
+@takes(*EVERYTHING)
+def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png"):
+    """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample."""
+    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.views.figures import check_image_path
+    from qkv_cli.views.run import save_heatmap
+
+    req = request(opts, text, sample(), band=True)
+    model, heads = prepare(req, head)
+    check_image_path(out, len(heads) if model is None or opts.layer else 1)
+    typer.echo(save_heatmap(compute(req, model), heads, out, layer_given=bool(opts.layer)))
+
+
+@app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")
+@takes()
+def shapes(text: TextArg = None, *, opts: Opts, d: DOpt = 512, tau: TauOpt = 8,
+           m: MOpt = None, n: NOpt = None,
+           dtype: DtypeOpt = "float64", tokenizer: TokenizerOpt = "word", format: TableJsonOpt = TableJson.table,
+           kv_heads: KvHeadsOpt = None, context: ContextOpt = None, context_file: ContextFileOpt = None,
+           model: ModelOpt = None, download: DownloadOpt = False):  # fmt: skip
+    """Print the shape, parameters, FLOPs and bytes of every matrix in masked multi-head attention."""
+    from qkv_cli.pipeline import shapes as plan
+    from qkv_cli.text.inputs import get_context
+    from qkv_cli.views.shapes import emit
+
+    dtype = getattr(dtype, "value", dtype)
+    if model is not None:
+        return emit(plan.for_model(model, text, m, dtype, download), format.value)
+    context = get_context(context, context_file, text == "-")
+    emit(plan.for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads, context), format.value)
+
+
+@app.command(epilog="Example: qkv explain 'the cat sat' --query 1")
+@takes(*EVERYTHING, d=8, tau=2)
+def explain(text: TextArg = None, *, opts: Opts,
+            head: Annotated[int, typer.Option("--head", min=0, help="The head to walk through, 0..tau-1.")] = 0,
+            query: Annotated[int | None, typer.Option("--query", min=0,
+                             help="Zoom into query I: each q_i . k_t, softmax, sum of v_t.")] = None,
+            precision: PrecisionOpt = 2, format: TableJsonOpt = TableJson.table):  # fmt: skip
+    """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o.
+
+    With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
+    biases included."""
+    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.views.explain import emit
+
+    if opts.layer and len(set(opts.layer)) > 1:
+        raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
+    req = request(opts, text, sample("short"))
+    model, _ = prepare(req, [head])
+    emit(compute(req, model).first_layer(), head, query, precision, format.value)
+
+
+@app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
+@takes(TEXT, CHECKPOINT)
+def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
+         context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
+         pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
+         format: TableJsonOpt = TableJson.table):  # fmt: skip
+    """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample.
+
+    With --model, the checkpoint's own mask over its own tokens (BERT: nothing removed; GPT-2: causal; a sliding
+    window on the layers that have one)."""
+    from qkv_cli.pipeline import maskgrid
+    from qkv_cli.text.inputs import get_text
+    from qkv_cli.views.mask import emit
+
+    if opts.model is not None:
+        from qkv_cli.pipeline.checkpoint import load
+
+        model = load(opts.model, "float64", opts.download)
+        return emit(maskgrid.for_model(model, get_text(text, opts.file, sample("short")), opts.layer), format.value)
+    emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
+                               tokenizer)], format.value)  # fmt: skip
+
+
+@app.command(epilog="Example: qkv heads --file sample_texts/coreference.txt --d 64 --tau 4")
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, BUDGET)
+def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
+    """Head roles: entropy, distance, share on self / previous / first token, and a label per head.
+
+    With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
+    from qkv_cli.pipeline.compute import compute_each
+    from qkv_cli.views.heads import emit_roles
+
+    emit_roles(compute_each(request(opts, text, sample())), format.value)
+
+
+@app.command(epilog="Example: qkv models --format json")
+def models(format: TableJsonOpt = TableJson.table):
+    """List the checkpoints qkv can find: the Hugging Face cache and installed packages that ship one."""
+    from qkv_cli.models import find_models
+    from qkv_cli.views.model import emit_models
+
+    emit_models(find_models(), format.value)
+
+
+_ = (FileOpt, LayerOpt)  # re-exported option types used by the sets

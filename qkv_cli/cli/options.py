@@ -1,0 +1,124 @@
+"""Every command-line option, declared once as an Annotated alias, and the option sets commands choose from.
+
+Choices come from the registries (kernels, dtypes ...), so a new kernel is offered by --kernel without an edit here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from qkv_cli.core.kernels import KERNELS
+from qkv_cli.core.settings import ABLATE, ABLATE_WITH, DTYPES, POSITIONS, PROJECTIONS
+
+
+def choices(name: str, values) -> type[StrEnum]:
+    return StrEnum(name, {v: v for v in values})
+
+
+Dtype = choices("Dtype", DTYPES)
+Positions = choices("Positions", POSITIONS)
+Projection = choices("Projection", PROJECTIONS)
+Ablate = choices("Ablate", ABLATE)
+AblateWith = choices("AblateWith", ABLATE_WITH)
+Format = choices("Format", ("table", "json", "csv"))
+TableJson = choices("TableJson", ("table", "json"))
+
+SHOW_CHOICES = ("q", "k", "v", "scores", "mask", "weights", "output", "heads", "h")
+
+TextArg = Annotated[str | None, typer.Argument(help="Text to inspect ('-' reads stdin).", show_default=False)]
+FileOpt = Annotated[str | None, typer.Option("--file", "-f", help="Read the text from a UTF-8 file ('-' = stdin).")]
+DOpt = Annotated[int, typer.Option("--d", min=1, help="Model width d (columns of H).")]
+TauOpt = Annotated[int, typer.Option("--heads", "--tau", min=1, help="Number of heads tau; d_k = d / tau.")]
+SeedOpt = Annotated[int, typer.Option(min=0, help="Seed for token vectors and projections.")]
+KernelOpt = Annotated[str, typer.Option(help=f"Attention kernel: {', '.join(KERNELS)} (same numbers).")]
+CausalOpt = Annotated[bool, typer.Option("--causal", help="Causal mask V_<=i: query i sees keys 0..i.")]
+WindowOpt = Annotated[
+    int | None, typer.Option(min=1, help="Sliding window n_c: query i sees keys i-n_c+1..i (implies causal).")
+]
+ScaleOpt = Annotated[
+    str, typer.Option(help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number.")
+]
+PositionsOpt = Annotated[Positions, typer.Option(help="Add sinusoidal positional encodings to H, or none.")]
+ProjectionOpt = Annotated[
+    Projection, typer.Option(help="random (seeded Glorot) W_j^q/k/v, or identity: Q = K = V = slices of H.")
+]
+DtypeOpt = Annotated[Dtype, typer.Option(help="Floating point type.")]
+TokenizerOpt = Annotated[str, typer.Option(help="word, bpe, or a path to a Hugging Face tokenizer.json.")]
+MaxMemoryOpt = Annotated[
+    str | None, typer.Option("--max-memory", help="Refuse runs estimated above this, e.g. 2GB (default: half the RAM).")
+]
+HeadOpt = Annotated[list[int] | None, typer.Option("--head", help="Head to show, 0..tau-1 (repeatable; default all).")]
+ShowOpt = Annotated[str, typer.Option(help=f"Comma list of matrices to show: {','.join(SHOW_CHOICES)}.")]
+PrecisionOpt = Annotated[int, typer.Option(min=0, max=12, help="Digits after the decimal point.")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or csv (on stdout).")]
+TableJsonOpt = Annotated[TableJson, typer.Option("--format", help="table or json (on stdout).")]
+SaveNpzOpt = Annotated[str | None, typer.Option("--save-npz", help="Also save every matrix to this .npz file.")]
+OutOpt = Annotated[str, typer.Option("--out", "-o", help="Image file: .png, .svg or .pdf.")]
+ContextOpt = Annotated[
+    str | None, typer.Option("--context", help="Cross-attention: keys and values from this text Y, queries from TEXT.")
+]
+ContextFileOpt = Annotated[
+    str | None, typer.Option("--context-file", help="Read the --context text from a UTF-8 file ('-' = stdin).")
+]
+KvHeadsOpt = Annotated[
+    int | None,
+    typer.Option("--kv-heads", min=1, help="Grouped-query attention: G key/value heads shared by the tau query heads."),
+]
+MaskFileOpt = Annotated[
+    str | None, typer.Option("--mask-file", help="Custom m x n mask: .npy boolean or a 0/1 text grid; 1 = may attend.")
+]
+AblateOpt = Annotated[
+    Ablate | None, typer.Option("--ablate", help="Replace Q, K or V (a projection's output) to see what changes.")
+]
+AblateWithOpt = Annotated[
+    AblateWith, typer.Option("--ablate-with", help="zeros, or seeded noise with the matrix's own std.")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A real checkpoint: a folder with config.json, model.safetensors and tokenizer.json, a NAME in the "
+        "Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2), or an installed package that ships one.",
+    ),
+]
+LayerOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--layer", help="With --model: layer 0..L-1 or -1 (repeatable; default last for tables, all for JSON)."
+    ),
+]
+DownloadOpt = Annotated[
+    bool,
+    typer.Option("--download", help="With --model NAME not in the cache: fetch it (pip install 'qkv-cli[download]')."),
+]
+BatchOpt = Annotated[
+    bool, typer.Option("--batch", help="One sentence per line: run together, padded to the longest, pads masked.")
+]
+MOpt = Annotated[int | None, typer.Option("--m", min=1, help="Number of tokens m (default 30, or TEXT's).")]
+NOpt = Annotated[int | None, typer.Option("--n", min=1, help="Key/value positions n (default m).")]
+PadToOpt = Annotated[
+    int | None, typer.Option("--pad-to", min=1, help="Pad the keys with [PAD] to this length, as a batch does.")
+]
+
+# Option sets: (parameter name, annotation, default). A command takes the sets that make sense for it.
+TEXT = [("file", FileOpt, None)]
+RANDOM = [
+    ("d", DOpt, 512),
+    ("tau", TauOpt, 8),
+    ("seed", SeedOpt, 0),
+    ("kernel", KernelOpt, "vectorized"),
+    ("scale", ScaleOpt, "auto"),
+    ("positions", PositionsOpt, Positions.sinusoidal),
+    ("projection", ProjectionOpt, Projection.random),
+    ("dtype", DtypeOpt, Dtype.float64),
+    ("tokenizer", TokenizerOpt, "word"),
+    ("kv_heads", KvHeadsOpt, None),
+]
+MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None), ("mask_file", MaskFileOpt, None)]
+CROSS = [("context", ContextOpt, None), ("context_file", ContextFileOpt, None)]
+ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWith.zeros)]
+CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]
+BUDGET = [("max_memory", MaxMemoryOpt, None)]

@@ -1,0 +1,168 @@
+"""The vectorized kernel: the same numbers as ``formula.reference_kernel``, faster and in less memory.
+
+An inspector keeps every weight, so the weights are the output; everything here avoids a second m x n array:
+- the scale is folded into Q (m x d_k numbers, not m x n), in Q's dtype;
+- scores are written straight into the output weights array and the softmax runs there in place
+  (``numerics.exp_normalize_``: exp, row sums as one BLAS product, rows times 1 / sum; when a row sum shows
+  overflow or underflow, the scores are recomputed and the exact max-subtracted ``numerics.softmax_`` runs);
+- small inputs take one pass over all heads; from BLOCKED_BYTES on, the work goes in row blocks (see
+  :func:`plan_blocks`) that stay in cache and skip what the mask removes; blocks are shared out over 2 threads.
+The mask is never copied. Peak memory: weights + out + Q * scale + a few row vectors.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+from typing import NamedTuple
+
+import numpy as np
+
+from qkv_cli.core import threads
+from qkv_cli.core.numerics import exp_normalize_, scale_, softcap_, softmax_
+
+BLOCK_BYTES = 2 * 1024 * 1024  # target size of one row block of scores (one head)
+MAX_BLOCK_ROWS = 128  # taller blocks would skip less of a causal triangle
+BLOCKED_BYTES = 1024 * 1024  # weights larger than this go in planned row blocks, smaller in one pass
+PARALLEL_BYTES = 256 * 1024  # weights from this size on are split over threads.THREADS Python threads
+
+
+def attend_(weights, fill, ones, Q, Qs, s):  # in place: weights <- Softmax(scores)
+    """fill(Q', post) writes Q' K^T (* post, clipped) + Mask into weights; fast try first, exact fallback."""
+    fill(Qs, None)  # scale folded into Q
+    if not exp_normalize_(weights, ones):
+        fill(Q, s)  # the scale applied after Q K^T, clipped: no overflow can turn into NaN
+        softmax_(weights)
+
+
+class Block(NamedTuple):
+    """Rows i0:i1 compute key columns c0:c1 only (the mask is -inf elsewhere) and add the mask on ``adds``."""
+
+    i0: int
+    i1: int
+    c0: int
+    c1: int
+    adds: tuple  # ((a0, a1), ...) column ranges where the mask must be added; elsewhere in c0:c1 it is 0
+
+
+def _span(row):  # [n] -> (first, last) column that is not -inf, or None for an all -inf row
+    allowed = np.flatnonzero(row != -np.inf)
+    return (int(allowed[0]), int(allowed[-1])) if allowed.size else None
+
+
+def plan_blocks(mask, m, n, rows):  # [m, n] or None -> list[Block]
+    """Split the m query rows into blocks of ``rows`` and find, per block, what the mask lets us skip.
+
+    The guess comes from the first and the last row: row i may attend to columns L(i)..U(i) with
+    L(i) = max(L_first, L_last - (m - 1) + i) and U(i) = min(U_last, U_first + i) -- causal, sliding window,
+    bottom-right causal (n > m) and key padding all have this shape. Each block then checks the guess on the
+    mask: outside c0:c1 every entry must be -inf (else the block computes all n columns), and inside the zero
+    region L(i1-1)..U(i0) every entry must be 0 (else the mask is added over all of c0:c1). So the plan is exact
+    for any mask; the guess only decides how much is skipped. A dense causal mask thus computes only the
+    lower-triangular blocks and adds the mask on the diagonal blocks only. Cost: one read of the mask.
+    """
+    starts = range(0, m, rows)
+    if mask is None:
+        return [Block(i0, min(i0 + rows, m), 0, n, ()) for i0 in starts]
+    first, last = _span(mask[0]), _span(mask[m - 1])
+    if first is None or last is None:  # nothing to guess from: add the mask everywhere
+        return [Block(i0, min(i0 + rows, m), 0, n, ((0, n),)) for i0 in starts]
+    (L0, U0), (L1, U1) = first, last
+
+    def lo(i):
+        return max(L0, L1 - (m - 1) + i, 0)
+
+    def hi(i):  # exclusive
+        return min(U1, U0 + i, n - 1) + 1
+
+    plan = []
+    for i0 in starts:
+        i1 = min(i0 + rows, m)
+        c0, c1 = lo(i0), hi(i1 - 1)
+        block = mask[i0:i1]
+        if c0 >= c1 or (c0 > 0 and block[:, :c0].max() != -np.inf) or (c1 < n and block[:, c1:].max() != -np.inf):
+            plan.append(Block(i0, i1, 0, n, ((0, n),)))  # the guess failed: every column, mask added everywhere
+            continue
+        z0, z1 = max(lo(i1 - 1), c0), min(hi(i0), c1)  # columns every row of the block may see
+        if z0 < z1 and not block[:, z0:z1].any():  # any() is True for a nonzero or a NaN entry
+            adds = tuple((a, b) for a, b in ((c0, z0), (z1, c1)) if a < b)
+        else:
+            adds = ((c0, c1),)
+        plan.append(Block(i0, i1, c0, c1, adds))
+    return plan
+
+
+def block_rows(n, itemsize):  # -> rows per block: about BLOCK_BYTES of scores, a multiple of 8
+    rows = BLOCK_BYTES // max(1, n * itemsize)
+    return int(max(8, min(MAX_BLOCK_ROWS, rows // 8 * 8)))
+
+
+def _chunks(G, r, parts):  # -> slices of the (G, r) head grid, ``parts`` of them when possible
+    axis, size = (0, G) if G >= parts else (1, r)
+    edges = [size * k // parts for k in range(parts + 1)]
+    cuts = [slice(a, b) for a, b in pairwise(edges) if a < b]
+    return [(cut, slice(None)) if axis == 0 else (slice(None), cut) for cut in cuts]
+
+
+def vectorized_kernel(Q, K, V, mask, scale, softcap=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> out, weights
+    """All heads at once: batched matmuls over the head axis, softmax in place inside the weights array."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
+        return _vectorized(Q, K, V, mask, float(scale), softcap)
+
+
+def _vectorized(Q, K, V, mask, s, cap):
+    tau, m, dk = Q.shape
+    G, n, dv = V.shape
+    r = tau // G
+    Qs = Q * Q.dtype.type(s)  # the scale folded into Q: (tau, m, dk) (inf if s does not fit: then exact path)
+    Kt = K.transpose(0, 2, 1)  # K^T: (G, dk, n), a view
+    V = np.ascontiguousarray(V)
+    ones = np.ones(n, dtype=Q.dtype)
+    out = np.empty((tau, m, dv), dtype=Q.dtype)
+    size = tau * m * n * Q.dtype.itemsize
+    parallel = size >= PARALLEL_BYTES
+
+    if size <= BLOCKED_BYTES:  # one unblocked pass over all heads (a half per thread)
+        weights = np.empty((tau, m, n), dtype=Q.dtype)
+        W4 = weights.reshape(G, r, m, n)  # query head j = (g, h): key/value head g, h-th head sharing it
+        out4 = out.reshape(G, r, m, dv)
+
+        def work(cut):
+            W = W4[cut]
+
+            def fill(Qx, post):  # W <- Q K^T (* post), soft-capped, + Mask
+                np.matmul(Qx.reshape(G, r, m, dk)[cut], Kt[cut[0], None], out=W)  # (.., m, dk) x (.., dk, n)
+                if post is not None:
+                    scale_(W, post)
+                softcap_(W, cap)
+                if mask is not None:
+                    np.add(W, mask, out=W)  # (.., m, n) + (m, n)
+
+            attend_(W, fill, ones, Q, Qs, s)
+            np.matmul(W, V[cut[0], None], out=out4[cut])  # (.., m, n) x (.., n, dv)
+
+        threads.run_tasks(_chunks(G, r, threads.THREADS if parallel else 1), work, parallel)
+        return out, weights
+
+    plan = plan_blocks(mask, m, n, block_rows(n, Q.dtype.itemsize))
+    skips = any(b.c0 > 0 or b.c1 < n for b in plan)
+    weights = (np.zeros if skips else np.empty)((tau, m, n), dtype=Q.dtype)  # skipped columns stay exactly 0
+
+    def work(task):  # one head j, one row block b
+        j, b = task
+        g = j // r
+        W = weights[j, b.i0 : b.i1, b.c0 : b.c1]  # a view: the softmax runs in the output itself
+
+        def fill(Qx, post):  # W <- Q K^T (* post), soft-capped, + Mask on this block
+            np.matmul(Qx[j, b.i0 : b.i1], Kt[g, :, b.c0 : b.c1], out=W)  # (rows, dk) x (dk, cols)
+            if post is not None:
+                scale_(W, post)
+            softcap_(W, cap)
+            for a0, a1 in b.adds:
+                W[:, a0 - b.c0 : a1 - b.c0] += mask[b.i0 : b.i1, a0:a1]
+
+        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s)
+        np.matmul(W, V[g, b.c0 : b.c1], out=out[j, b.i0 : b.i1])  # (rows, cols) x (cols, dv)
+
+    tasks = sorted(((j, b) for j in range(tau) for b in plan), key=lambda t: (t[1].i1 - t[1].i0) * (t[1].c1 - t[1].c0))
+    threads.run_tasks(tasks, work, parallel)
+    return out, weights

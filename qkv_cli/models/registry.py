@@ -1,0 +1,37 @@
+"""The family registry: model_type -> the module that implements it. A new family is one module and one entry.
+
+A family module provides (see bert.py for the simplest, decoder.py for the shared RoPE decoder):
+    MODEL_TYPE                      the config.json model_type
+    read_config(keys) -> dict       the ModelConfig fields it reads from config.json (through config.Keys)
+    tensor_shapes(c) -> dict        every checkpoint tensor the forward pass reads (Hugging Face names) -> shape
+    PREFIXES                        prefixes a checkpoint may put before those names
+    prepare(tensors, c, dtype)      the weights as the forward pass uses them (.blocks[l].attn: AttentionWeights)
+    parameter_table(c)              every learned matrix with its shape and count, in the notation
+    layer_mask(c, layer)            the core.masks.MaskSpec of a layer (causal, and a window on sliding layers)
+    layer_type(c, layer)            "" or e.g. "sliding_attention" / "full_attention"
+    hooks(c, layer)                 the attention.Hooks of a layer: scale, RoPE, QK-norm, soft-capping
+    embed(p, c, ids), block(p, c, layer, x, mask, kernel), final(p, c, x)   the forward pass
+    ATTENTION_INPUT                 what H is for the attention of a layer, in words
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from qkv_cli.errors import QkvError
+
+FAMILIES = {
+    "bert": "qkv_cli.models.bert",
+    "gpt2": "qkv_cli.models.gpt2",
+}
+
+
+def family_for(model_type, where: str = "config.json"):
+    """The family module for a model_type; an unknown one lists the known ones."""
+    known = ", ".join(FAMILIES)
+    if model_type is None:
+        raise QkvError(f"{where} has no 'model_type': supported are {known}")
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        shown = model_type if isinstance(model_type, str) else type(model_type).__name__
+        raise QkvError(f"{where}: model_type {shown!r} is not supported: supported are {known}")
+    return importlib.import_module(FAMILIES[model_type])

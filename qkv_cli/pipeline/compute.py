@@ -1,0 +1,79 @@
+"""compute(request) -> Result: the one way in. Routes to a checkpoint, a batch, a long document's band, or the dense
+pipeline, after checking the cheap things (options, the mask file, the context) before reading the text."""
+
+from __future__ import annotations
+
+from qkv_cli.core.result import Result
+from qkv_cli.errors import QkvError
+from qkv_cli.pipeline.request import Request
+
+
+def read_text(req: Request) -> str:
+    from qkv_cli.text.inputs import get_text
+
+    return get_text(req.text, req.file, req.default)
+
+
+def lines(req: Request) -> list[str]:
+    """One sentence per non-empty line of TEXT or --file."""
+    from qkv_cli.text.inputs import get_text, sentences
+
+    return sentences(get_text(req.text, req.file), "--batch" if req.batch else "--file")
+
+
+def extras(req: Request) -> dict:
+    """--context / --context-file and --mask-file as keyword arguments of dense.run, checked cheapest first."""
+    from qkv_cli.pipeline.dense import check_cross
+    from qkv_cli.text.inputs import get_context
+
+    check_cross(req.settings, req.context is not None or req.context_file is not None)
+    out = {}
+    if req.mask_file is not None:
+        from qkv_cli.text.maskfile import load_mask_file
+
+        out["allowed"] = load_mask_file(req.mask_file)
+    context = get_context(req.context, req.context_file, req.from_stdin)
+    if context is not None:
+        out["context"] = context
+    return out
+
+
+def load_model(req: Request):
+    from qkv_cli.pipeline import checkpoint
+
+    return checkpoint.load(req.model, req.settings.dtype, req.download, req.max_memory)
+
+
+def compute(req: Request, model=None) -> Result:
+    """The Result the request describes (see core.result.Kind)."""
+    from qkv_cli.pipeline import band, batch, checkpoint, dense
+
+    s = req.settings
+    if req.model is not None:
+        model = load_model(req) if model is None else model
+        return checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory)
+    more = extras(req)
+    if req.batch:
+        if more:
+            used = " and ".join(x for x, k in (("--context", "context"), ("--mask-file", "allowed")) if k in more)
+            raise QkvError(
+                f"--batch cannot be combined with {used}: every sentence has its own length; run them one at a time"
+            )
+        return batch.run_batch(lines(req), s, req.max_memory)
+    text = read_text(req)
+    if req.band and s.window is not None and not more and s.ablate is None:
+        return band.run(text, s, max_memory=req.max_memory)
+    return dense.run(text, s, max_memory=req.max_memory, **more)
+
+
+def compute_each(req: Request) -> list[Result]:
+    """One Result per line of --file (one sentence per line), or one Result for TEXT (qkv heads)."""
+    from qkv_cli.pipeline import checkpoint, dense
+
+    texts = lines(req) if req.file is not None and req.text is None else [read_text(req)]
+    if req.model is not None:
+        model = load_model(req)
+        return [checkpoint.run(model, t, kernel=req.settings.kernel, max_memory=req.max_memory, detail=False)
+                for t in texts]  # fmt: skip
+    more = extras(req)
+    return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]

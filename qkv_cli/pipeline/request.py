@@ -1,0 +1,29 @@
+"""What a command asks the pipeline for: one frozen Request, however it was given (CLI, tests, scripts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qkv_cli.core.settings import Settings
+
+
+@dataclass(frozen=True)
+class Request:
+    text: str | None = None  # TEXT ('-' reads stdin)
+    file: str | None = None  # --file PATH ('-' = stdin)
+    default: str | None = None  # the text when neither is given (a sample), else that is an error
+    settings: Settings = field(default_factory=Settings)  # the random-weights model (dtype and kernel for --model)
+    context: str | None = None  # cross-attention: keys and values from this text
+    context_file: str | None = None
+    mask_file: str | None = None  # a custom grid: True / 1 = may attend
+    batch: bool = False  # one sentence per line, padded together
+    band: bool = False  # a long text under --window may keep only the band of the weights
+    model: str | None = None  # --model: a checkpoint instead of random weights
+    layers: tuple[int, ...] = ()  # --layer (0-based, -1 = last)
+    all_layers: bool = False  # without --layer: every layer's detail (JSON) instead of the last one
+    download: bool = False
+    max_memory: int | None = None  # bytes; None = half the RAM
+
+    @property
+    def from_stdin(self) -> bool:
+        return self.text == "-" or self.file == "-"

@@ -1,0 +1,56 @@
+"""`qkv shapes`: the matrices of one attention layer for the sizes asked, or for a checkpoint's config.
+
+Pure Python on the fast path: numpy is never imported, tokenizers only when a TEXT (or context) sets m (or n),
+and a checkpoint is read from its config.json alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qkv_cli.core.shapes import Matrix, matrices
+from qkv_cli.errors import QkvError
+
+
+@dataclass
+class Shapes:
+    d: int
+    tau: int
+    m: int
+    n: int | None
+    dtype: str
+    kv_heads: int | None
+    mats: list[Matrix]
+    model: object = None  # models.config.ModelConfig
+    params: list = field(default_factory=list)  # models.config.Param, for a checkpoint
+
+
+def count_tokens(text: str, tokenizer: str) -> int:
+    from qkv_cli.text.inputs import get_text
+    from qkv_cli.text.tokens import tokenize
+
+    return len(tokenize(get_text(text, None), tokenizer))
+
+
+def for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads=None, context=None) -> Shapes:
+    if text is not None and m is not None:
+        raise QkvError("give either TEXT or --m, not both")
+    if context is not None and n is not None:
+        raise QkvError("give either --context (n = its tokens) or --n, not both")
+    m = count_tokens(text, tokenizer) if text is not None else (30 if m is None else m)
+    n = count_tokens(context, tokenizer) if context is not None else n  # cross-attention: n = context tokens
+    return Shapes(d, tau, m, n, dtype, kv_heads, matrices(d, tau, m, n, kv_heads))
+
+
+def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
+    """A checkpoint's real dimensions and parameters per matrix (config.json only, no weights)."""
+    from qkv_cli.models import display_name, family_for, read_config, resolve_model
+
+    if text is not None:
+        raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
+    folder = resolve_model(spec, download=download)
+    c = read_config(folder, display_name(folder))  # the name `qkv run --model` shows, not 'model'
+    m = 30 if m is None else m
+    kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None
+    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k)
+    return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c))

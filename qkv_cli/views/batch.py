@@ -1,0 +1,57 @@
+"""`qkv run --batch`: each sentence of a padded batch, shown without its pads."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def emit(batch, show, heads, precision, fmt, save_npz=None) -> None:
+    from qkv_cli.core.stats import head_summary
+    from qkv_cli.views import export, tables
+    from qkv_cli.views.console import console
+    from qkv_cli.views.describe import settings_line
+    from qkv_cli.views.files import check_output_path
+
+    if save_npz is not None:
+        check_output_path(save_npz)
+    if fmt == "json":
+        doc = {
+            "padded_length": max(batch.lengths),
+            "lengths": batch.lengths,
+            "sentences": [json.loads(export.to_json(r, show, heads)) for r in batch.items],
+        }
+        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+    elif fmt == "csv":
+        out_rows = []
+        for b, r in enumerate(batch.items):
+            lines = export.to_csv(r, show, heads).splitlines()
+            if b == 0:
+                out_rows.append("sentence," + lines[0])
+            out_rows += [f"{b},{line}" for line in lines[1:]]
+        sys.stdout.write("\n".join(out_rows) + "\n")
+    else:
+        out = console()
+        out.print(settings_line(batch.items[0]).split(" ", 1)[1], style="bold")
+        out.print(
+            f"batch of {len(batch.items)} sentences padded to L={max(batch.lengths)} tokens: pad keys get -inf in the "
+            "Mask; each sentence is shown without its pads"
+        )
+        for b, r in enumerate(batch.items):
+            out.print()
+            out.print(f"sentence {b}: m={len(r.labels)} (+{max(batch.lengths) - len(r.labels)} pads)", style="bold")
+            parts, notes = tables.result_views(r, show, heads, precision, out.width, where=f"[{b}] ")
+            for part in parts:
+                out.print(part)
+            for note in notes:
+                out.print(note, style="italic")
+            summary = head_summary(r.weights[heads], live_rows=~r.empty_rows)
+            for row, j in zip(summary, heads, strict=True):
+                row["head"] = j
+            out.print(tables.summary_table(summary, title=f"[{b}] per-head summary"))
+        if "weights" in show:
+            out.print(tables.legend())
+    if save_npz is not None:
+        from qkv_cli.views.files import save_npz as save
+
+        print(f"saved {save(export.batch_arrays(batch), save_npz)}", file=sys.stderr)

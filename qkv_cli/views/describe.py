@@ -1,0 +1,55 @@
+"""One-line descriptions of a Result: the settings line above every table and figure, and the ablation line."""
+
+from __future__ import annotations
+
+from qkv_cli.core.result import Kind, Result
+from qkv_cli.views.console import clean
+
+
+def settings_line(result: Result) -> str:
+    if result.kind == Kind.BAND:
+        s = result.settings
+        m, n_c = result.band.shape[1:]
+        return (
+            f"m={m} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) window n_c={n_c}, "
+            f"band only: weights kept as (tau, m, n_c), never m x m; {s.dtype} seed={s.seed}"
+        )
+    if result.model is not None:  # a layer of a real checkpoint
+        info = result.model
+        mask = ("causal" if info.causal else "bidirectional") + (f" window n_c={info.window}" if info.window else "")
+        kv = f" G={result.G}" if result.G != result.tau else ""
+        kind = f" ({info.layer_type})" if info.layer_type else ""
+        return (
+            f"{clean(info.name)} ({info.family}) layer {info.layer} of 0..{info.n_layers - 1}{kind}: "
+            f"m={len(result.labels)} d={result.d} tau={result.tau}{kv} d_k={result.d_k} scale={result.scale:.4g} "
+            f"{mask} kernel={result.kernel} {result.dtype}"
+        )
+    s = result.settings
+    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask")
+    return (
+        f"m={len(result.labels)} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) {mask} "
+        f"positions={s.positions} projection={s.projection} kernel={s.kernel} {s.dtype} seed={s.seed}"
+    ) + suffix(result)
+
+
+def suffix(result: Result) -> str:
+    """Cross-attention, grouped-query heads, custom masks and ablation, when used."""
+    s = result.settings
+    parts = []
+    if s.G != s.tau:
+        parts.append(f"kv_heads G={s.G}")
+    if result.is_cross:
+        parts.append(f"cross-attention n={len(result.key_labels)} (keys/values from --context)")
+    if result.rules is not None and result.rules.custom is not None:
+        parts.append("mask-file")
+    if s.ablate:
+        parts.append(f"ablate={s.ablate.upper()} ({s.ablate_with})")
+    return "".join(f" {p}" for p in parts)
+
+
+def ablation_line(rep: dict) -> str:
+    """One line: 'ablated V (zeros): max |change| vs the intact run: Q 0, K 0, ...'."""
+    parts = ", ".join(f"{k} {v:.3g}" for k, v in rep["max_change"].items())
+    unchanged = [k for k, v in rep["max_change"].items() if v == 0]
+    tail = f"; unchanged: {', '.join(unchanged)}" if unchanged else ""
+    return f"ablated {rep['target']} ({rep['with']}): max |change| vs the intact run: {parts}{tail}"

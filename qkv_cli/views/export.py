@@ -1,0 +1,178 @@
+"""NPZ / JSON / CSV views of a Result, by kind. Files go through views.files: written whole or not at all."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+
+from qkv_cli.core.gqa import kv_head_of
+from qkv_cli.core.result import Kind, Result
+
+SCHEMA = ("tokens", "H", "Wq", "Wk", "Wv", "Q", "K", "V", "scores", "mask", "weights", "heads", "Wo", "output")
+SHOW_NAMES = {"q": "Q", "k": "K", "v": "V", "scores": "scores", "mask": "mask", "weights": "weights",
+              "output": "output", "heads": "heads", "h": "H"}  # fmt: skip
+FAMILY_ARRAYS = ("bq", "bk", "bv", "bo", "Q_pre_rope", "K_pre_rope")  # present only where the family has them
+
+
+def layer_arrays(result: Result) -> dict:
+    """One attention layer (DENSE or LAYER): the export schema, plus what the run adds (context, biases, RoPE)."""
+    out = {"tokens": np.array(list(result.tokens.strings), dtype=str)}
+    for name in SCHEMA[1:]:
+        out[name] = getattr(result, name)
+    out.update(d=np.int64(result.d), tau=np.int64(result.tau), scale=np.float64(result.scale))
+    if result.settings is not None:
+        out["seed"] = np.int64(result.settings.seed)
+    out["kernel"] = np.array(result.kernel)
+    if result.is_cross:
+        out["context_tokens"] = np.array(list(result.context.strings), dtype=str)
+        out["H_context"] = result.H_context
+    for name in FAMILY_ARRAYS:
+        if getattr(result, name) is not None:
+            out[name] = getattr(result, name)
+    return out
+
+
+def model_arrays(run: Result) -> dict:
+    """A checkpoint run: the first chosen layer's schema, and every layer's attention weights."""
+    first = run.first_layer()
+    out = layer_arrays(first)
+    info = first.model
+    out.update(ids=run.ids, attentions=run.attentions, last_hidden_state=run.last_hidden_state,
+               layer=np.int64(info.layer), n_layers=np.int64(info.n_layers), model=np.array(info.name),
+               kv_heads=np.int64(first.G), head_dim=np.int64(first.d_k),
+               layer_types=np.array(list(run.layer_types), dtype=str))  # fmt: skip
+    return out
+
+
+def band_arrays(result: Result) -> dict:
+    """A long document's band: the core schema without the m x m matrices, plus weights_band and band_keys."""
+    s = result.settings
+    return {
+        "tokens": np.array(list(result.tokens.strings), dtype=str),
+        "H": result.H, "Wq": result.Wq, "Wk": result.Wk, "Wv": result.Wv, "Q": result.Q, "K": result.K,
+        "V": result.V, "weights_band": result.band, "band_keys": result.band_keys, "heads": result.heads,
+        "Wo": result.Wo, "output": result.output, "d": np.int64(s.d), "tau": np.int64(s.tau),
+        "scale": np.float64(result.scale), "seed": np.int64(s.seed), "kernel": np.array("banded"),
+        "window": np.int64(result.band.shape[-1]),
+    }  # fmt: skip
+
+
+def batch_arrays(batch: Result) -> dict:
+    """The export schema with a leading batch axis B on every per-sentence matrix (padded to L), plus `lengths`
+    (B,) and `padding` (B, L) (True = pad). Weights Wq, Wk, Wv, Wo and the scalars are shared."""
+    per = [layer_arrays(r) for r in batch.padded]
+    shared = ("Wq", "Wk", "Wv", "Wo", "d", "tau", "scale", "seed", "kernel")
+    out = {k: per[0][k] for k in shared}
+    for k in per[0]:
+        if k not in shared:
+            out[k] = np.stack([p[k] for p in per])
+    out["lengths"] = np.array(batch.lengths, dtype=np.int64)
+    out["padding"] = np.stack([r.rules.padding for r in batch.padded])
+    return out
+
+
+ARRAYS = {Kind.DENSE: layer_arrays, Kind.LAYER: layer_arrays, Kind.MODEL: model_arrays, Kind.BAND: band_arrays,
+          Kind.BATCH: batch_arrays}  # fmt: skip
+
+
+def arrays(result: Result) -> dict:
+    """What --save-npz writes for any Result."""
+    return ARRAYS[result.kind](result)
+
+
+def settings_dict(result: Result) -> dict:
+    """The JSON `settings`: the random-weights options, or what a checkpoint fixed."""
+    if result.model is not None:
+        info = result.model
+        return {"d": result.d, "tau": result.tau, "d_k": result.d_k, "kernel": result.kernel,
+                "causal": info.causal, "scale": result.scale, "dtype": result.dtype, "name": info.name,
+                "family": info.family, "layer": info.layer, "layers": info.n_layers, "kv_heads": result.G,
+                "layer_type": info.layer_type, "window": info.window}  # fmt: skip
+    s = result.settings
+    return {
+        "d": s.d, "tau": s.tau, "d_k": s.d_k, "seed": s.seed, "kernel": s.kernel, "causal": s.causal_mask,
+        "window": s.window, "scale": result.scale, "scale_option": s.scale, "positions": s.positions,
+        "projection": s.projection, "dtype": s.dtype, "tokenizer": s.tokenizer, "kv_heads": s.G,
+        "ablate": s.ablate, "ablate_with": s.ablate_with,
+    }  # fmt: skip
+
+
+def jsonable(x):
+    """Arrays to nested lists; -inf (masked) and NaN become null, since JSON has neither."""
+    arr = np.asarray(x, dtype=np.float64)
+    if not arr.size:
+        return arr.tolist()
+    return np.where(np.isfinite(arr), arr, np.nan).tolist() if arr.ndim else float(arr)
+
+
+def nan_to_null(obj):
+    if isinstance(obj, float) and obj != obj:
+        return None
+    if isinstance(obj, list):
+        return [nan_to_null(v) for v in obj]
+    return obj
+
+
+def json_doc(result: Result, show, heads) -> dict:
+    """One attention layer as JSON: tokens, settings, the matrices named by --show for the heads shown."""
+    doc = {
+        "tokens": list(result.tokens.strings),
+        "labels": result.labels,
+        "settings": settings_dict(result),
+        "heads_shown": list(heads),
+        "fully_masked_queries": [int(i) for i in result.empty_rows.nonzero()[0]],  # their weights are all 0
+        "matrices": {},
+    }
+    if result.is_cross:
+        doc["context_tokens"] = result.key_labels
+    if result.ablation is not None:
+        doc["ablation"] = result.ablation
+    if result.model is not None:
+        m = result.model
+        doc["model"] = {"name": m.name, "family": m.family, "layer": m.layer, "layers": m.n_layers}
+    for name in show:
+        key = SHOW_NAMES[name]
+        arr = getattr(result, key)
+        if key in ("Q", "scores", "weights", "heads"):
+            arr = arr[list(heads)]
+        doc["matrices"][key] = nan_to_null(jsonable(arr))
+    return doc
+
+
+def to_json(result: Result, show, heads) -> str:
+    return json.dumps(json_doc(result, show, heads), allow_nan=False)
+
+
+def csv_rows(result: Result, show, heads):
+    """Long form rows: matrix, head, query, key, query_token, key_token, value (key = feature index for Q, K, V)."""
+    labels, key_labels = result.labels, result.key_labels
+    tau = result.tau
+    for name in show:
+        key = SHOW_NAMES[name]
+        arr = getattr(result, key)
+        grid = key in ("scores", "weights", "mask")
+        row_names = key_labels if key in ("K", "V") else labels
+        if key in ("K", "V") and arr.shape[0] != tau:  # grouped-query: the K/V heads the shown heads read
+            blocks = [(g, arr[g]) for g in sorted({kv_head_of(j, tau, arr.shape[0]) for j in heads})]
+        else:
+            blocks = [(j, arr[j]) for j in heads] if arr.ndim == 3 else [("", arr)]
+        for head, matrix in blocks:
+            for i in range(matrix.shape[0]):
+                for c in range(matrix.shape[1]):
+                    v = matrix[i, c]
+                    yield [key, head, i, c, row_names[i], key_labels[c] if grid else "",
+                           "-inf" if np.isneginf(v) else repr(float(v))]  # fmt: skip
+
+
+CSV_HEADER = ["matrix", "head", "query", "key", "query_token", "key_token", "value"]
+
+
+def to_csv(result: Result, show, heads) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_HEADER)
+    writer.writerows(csv_rows(result, show, heads))
+    return buf.getvalue()

@@ -1,0 +1,52 @@
+"""One attention layer (DENSE, or LAYER of a checkpoint): its tables, JSON, CSV, NPZ and heatmap."""
+
+from __future__ import annotations
+
+import sys
+
+from qkv_cli.core.result import Result
+from qkv_cli.views.describe import ablation_line, settings_line
+
+
+def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
+    """One attention layer (DENSE, or LAYER of a checkpoint): tables, JSON or CSV; then the NPZ if asked."""
+    from qkv_cli.core.stats import head_summary
+    from qkv_cli.views import export, tables
+    from qkv_cli.views.console import console
+
+    if fmt == "json":
+        sys.stdout.write(export.to_json(result, show, heads) + "\n")
+    elif fmt == "csv":
+        sys.stdout.write(export.to_csv(result, show, heads))
+    else:
+        out = console()
+        out.print(settings_line(result), style="bold")
+        where = f"layer {result.model.layer}: " if result.model is not None else ""
+        parts, notes = tables.result_views(result, show, heads, precision, out.width, where)
+        for part in parts:
+            out.print(part)
+        for note in notes:
+            out.print(note, style="italic")
+        if "weights" in show:
+            out.print(tables.legend())
+        if result.ablation is not None:
+            out.print(ablation_line(result.ablation), style="yellow")
+        if result.empty_rows.any():
+            rows = ", ".join(str(i) for i in result.empty_rows.nonzero()[0][:10])
+            out.print(f"queries with every key masked (weights all 0): {rows}", style="yellow")
+        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows, cross=result.is_cross)
+        for row, j in zip(summary, heads, strict=True):
+            row["head"] = j
+        out.print(tables.summary_table(summary))
+    if save_npz is not None:
+        from qkv_cli.views.files import save_npz as save
+
+        print(f"saved {save(export.layer_arrays(result), save_npz)}", file=sys.stderr)
+
+
+def heatmap_layer(result: Result, heads, path) -> str:
+    from qkv_cli.views.figures import draw_grid, save_figure
+
+    panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
+    save_figure(draw_grid(panels, result.labels, result.key_labels, settings_line(result)), path)
+    return str(path)

@@ -1,0 +1,85 @@
+"""Views of a checkpoint run (a MODEL Result): tables per layer, JSON/NPZ with every layer, the model view;
+and the list `qkv models` prints."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from qkv_cli.views import export
+from qkv_cli.views.console import clean
+
+
+def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
+    """Tables for each chosen layer; JSON with every chosen layer plus `attentions`; NPZ of the first chosen layer."""
+    from qkv_cli.views.layer import emit_layer
+
+    first = run.first_layer()
+    if fmt == "json":
+        doc = export.json_doc(first, show, heads)
+        doc.pop("matrices")
+        doc["layers"] = {str(l): export.json_doc(r, show, heads)["matrices"] for l, r in run.layers.items()}
+        doc["layer_types"] = list(run.layer_types)
+        doc["attentions"] = export.jsonable(run.attentions)
+        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["layer", *export.CSV_HEADER])
+        for l, r in run.layers.items():
+            writer.writerows([l, *row] for row in export.csv_rows(r, show, heads))
+    else:
+        for r in run.layers.values():
+            emit_layer(r, show, heads, precision, "table")
+    if save_npz is not None:
+        from qkv_cli.views.files import save_npz as save
+
+        path = save(export.model_arrays(run), save_npz)
+        print(f"saved {path} (detail of layer {first.model.layer}, attentions of all layers)", file=sys.stderr)
+
+
+def save_heatmap(run, heads, layer_given: bool, path) -> str:
+    """With --layer: that layer's heads (one --head: a single-head view). Without: the layers x heads model view."""
+    from qkv_cli.views.figures import draw_model_view, save_figure
+    from qkv_cli.views.layer import heatmap_layer
+
+    first = run.first_layer()
+    if layer_given:
+        return heatmap_layer(first, heads, path)
+    info = run.model
+    title = f"{clean(info.name)} ({info.family}): model view, every layer x head, m={len(run.labels)}"
+    masked = np.stack([run.layer_masked(l) for l in range(info.n_layers)])
+    kinds = [t.replace("_attention", "") for t in run.layer_types] if any(run.layer_types) else None
+    save_figure(draw_model_view(run.attentions[:, heads], heads, masked, title, kinds), path)
+    return str(path)
+
+
+def emit_models(rows: list[dict], fmt: str) -> None:
+    """`qkv models`: rows of models.find.find_models, as a table or JSON."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkv_cli.core.budget import human
+    from qkv_cli.views.console import console
+
+    if fmt == "json":
+        sys.stdout.write(json.dumps(rows, default=str) + "\n")
+        return
+    out = console()
+    if not rows:
+        out.print("no checkpoints found (Hugging Face cache or installed packages); give --model a folder")
+        return
+    table = Table(title="Checkpoints for --model", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
+    for col in ("name", "family", "layers", "heads", "d", "vocab", "size", "path"):
+        justify = "right" if col in ("layers", "heads", "d", "vocab", "size") else "left"
+        # the name is what --model takes: never cut it; a long path folds onto more lines
+        table.add_column(col, justify=justify, no_wrap=col != "path", overflow="fold")
+    for r in rows:
+        cells = [r.get("name"), r.get("family"), r.get("layers"), r.get("heads"), r.get("d"), r.get("vocab_size"),
+                 human(r["size_bytes"]) if r.get("size_bytes") else "", r.get("path")]  # fmt: skip
+        table.add_row(*(Text(clean("" if c is None else str(c))) for c in cells))
+    out.print(table)

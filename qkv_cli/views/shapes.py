@@ -1,0 +1,154 @@
+"""`qkv shapes`: the shape table of a pipeline.shapes.Shapes, rendered with rich (no numpy here)."""
+
+from __future__ import annotations
+
+import json
+
+from qkv_cli.core.gqa import kv_head_of
+from qkv_cli.core.shapes import ITEMSIZE, as_json
+
+
+def number(n: float, unit: str = "") -> str:
+    """1234567 -> '1.23M' (bytes: '1.23 MB'); 0 -> '-'."""
+    if not n:
+        return "-"
+    for suffix in ("", "K", "M", "G", "T", "P"):
+        if abs(n) < 1000 or suffix == "P":
+            text = f"{n:.0f}" if suffix == "" else f"{n:.3g}"
+            return f"{text}{' ' if unit else ''}{suffix}{unit}"
+        n /= 1000
+    return str(n)
+
+
+def emit(sh, fmt: str) -> None:
+    """The table (or JSON) of a pipeline.shapes.Shapes; for a checkpoint, its parameters first."""
+    if sh.model is not None:
+        return emit_model(sh, fmt)
+    emit_sizes(sh, fmt)
+
+
+def emit_sizes(sh, fmt: str) -> None:
+    d, tau, m, n, dtype, kv_heads, mats = sh.d, sh.tau, sh.m, sh.n, sh.dtype, sh.kv_heads, sh.mats
+    dk = mats[1].cols
+    if fmt == "json":
+        doc = as_json(d, tau, m, mats, n, dtype)
+        if kv_heads is not None:
+            doc.update(gqa_doc(d, tau, kv_heads, dk))
+        print(json.dumps(doc))
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    n = m if n is None else n
+    width = f"d_k=d/tau={dk}" if dk * tau == d else f"d_k={dk}"
+    title = f"m={m} n={n} d={d} tau={tau} {width} {dtype}; per-head matrices show one head, x = how many"
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
+    console = Console(highlight=False)
+    columns = ["matrix", "notation", "shape", "x", "params", "FLOPs", "bytes"]
+    wide = console.width >= 110
+    rows = []
+    for x in mats:
+        size = x.rows * x.cols * x.count * ITEMSIZE[dtype]
+        rows.append([x.name, x.notation, x.shape, f"x{x.count}", number(x.params), number(x.flops), number(size, "B")])
+        rows[-1] += [x.meaning] if wide else []
+    total = sum(x.rows * x.cols * x.count * ITEMSIZE[dtype] for x in mats)
+    rows.append(
+        [
+            "total",
+            "",
+            "",
+            "",
+            number(sum(x.params for x in mats)),
+            number(sum(x.flops for x in mats)),
+            number(total, "B"),
+        ]
+        + ([""] if wide else [])
+    )
+    names = columns + (["meaning"] if wide else [])
+    widths = [max(len(col), *(len(r[k]) for r in rows)) for k, col in enumerate(names)]
+    room = console.width - sum(widths) - 3 * len(names) - 2 + widths[1] + (widths[-1] if wide else 0)
+    for k, col in enumerate(names):
+        squeeze = col in ("notation", "meaning")
+        table.add_column(
+            col,
+            justify="right" if col in columns[3:] else "left",
+            no_wrap=True,
+            min_width=None if squeeze else widths[k],
+            max_width=max(8, room) if squeeze else None,
+        )
+    for r in rows:
+        table.add_row(*(Text(c) for c in r))
+    console.print(table)
+    if kv_heads is not None:
+        for line in gqa_lines(d, tau, kv_heads, ITEMSIZE[dtype], dk):
+            console.print(Text(line))
+
+
+def emit_model(sh, fmt: str) -> None:
+    """`shapes --model`: the checkpoint's real dimensions and parameters per matrix, then one layer's shapes."""
+    c, params, m, dtype = sh.model, sh.params, sh.m, sh.dtype
+    total = sum(p.params for p in params)
+    dims = {"family": c.family, "layers": c.n_layers, "d": c.d, "tau": c.n_heads, "d_k": c.d_k,
+            "d_ff": c.d_ff, "vocab_size": c.vocab_size, "max_positions": c.max_positions}  # fmt: skip
+    if c.n_kv_heads != c.n_heads:
+        dims["kv_heads"] = c.n_kv_heads
+    if fmt == "json":
+        doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims
+        doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
+        doc["total_parameters"] = total
+        doc["kv_cache_bytes_per_token"] = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+        print(json.dumps(doc))
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkv_cli.views.console import clean
+
+    console = Console(highlight=False)
+    console.print(Text(f"{clean(c.name)}: " + " ".join(f"{k}={v}" for k, v in dims.items())), style="bold")
+    table = Table(title=Text("Learned parameters (per-head matrices: one head's shape, x = how many in the model)"),
+                  box=box.SIMPLE_HEAD, title_justify="left")  # fmt: skip
+    for col in ("matrix", "notation", "shape", "x", "params"):
+        table.add_column(col, justify="right" if col in ("x", "params") else "left", no_wrap=True)
+    for p in params:
+        table.add_row(*(Text(v) for v in (p.name, p.notation, " x ".join(map(str, p.shape)), f"x{p.count}",
+                                          f"{p.params:,}")))  # fmt: skip
+    table.add_row(Text("total"), Text(""), Text(""), Text(""), Text(f"{total:,}"))
+    console.print(table)
+    emit_sizes(sh, "table")
+
+
+def kv_cache_bytes(layers: int, G: int, dk: int, itemsize: int) -> int:
+    """Bytes a KV cache holds per token: K and V, G heads of d_k, every layer."""
+    return 2 * layers * G * dk * itemsize
+
+
+def gqa_lines(d: int, tau: int, G: int, itemsize: int, dk: int) -> list[str]:
+    """The query head -> key/value head mapping and what sharing saves."""
+    r = tau // G
+    groups = [f"{g * r}..{g * r + r - 1} -> {g}" if r > 1 else f"{g} -> {g}" for g in range(G)]
+    if len(groups) > 8:
+        groups = groups[:4] + ["..."] + groups[-2:]
+    full = 4 * d * tau * dk
+    saved = 2 * (tau - G) * d * dk
+    cache, cache_full = 2 * G * dk * itemsize, 2 * tau * dk * itemsize
+    return [
+        f"grouped-query attention: tau={tau} query heads share G={G} key/value heads; query head j uses key/value "
+        f"head j // (tau/G) = j // {r}",
+        "query heads -> kv head: " + ", ".join(groups),
+        f"W_k, W_v: {G} x ({d} x {dk}) each instead of {tau}: {saved:,} fewer parameters "
+        f"({full - saved:,} instead of {full:,} for W_q, W_k, W_v, W^o; {100 * saved / full:.1f}% saved)",
+        f"K, V cache per token: {cache:,} bytes instead of {cache_full:,} ({tau // G}x smaller)",
+    ]
+
+
+def gqa_doc(d: int, tau: int, G: int, dk: int) -> dict:
+    return {
+        "kv_heads": G,
+        "kv_head_of_query_head": [kv_head_of(j, tau, G) for j in range(tau)],
+        "params_saved": 2 * (tau - G) * d * dk,
+    }

