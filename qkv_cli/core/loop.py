@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkv_cli.core.gqa import kv_head_of
 from qkv_cli.core.numerics import exp_normalize_, scale_, softcap_, softmax_
 
 
 def loop_kernel(Q, K, V, mask, scale, softcap=None):  # same signature as formula.reference_kernel
     tau, m, _ = Q.shape
     G, n, dv = V.shape
-    r = tau // G
     ones = np.ones(n, dtype=Q.dtype)
     out = np.empty((tau, m, dv), dtype=Q.dtype)
     weights = np.empty((tau, m, n), dtype=Q.dtype)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
         Qs = Q * Q.dtype.type(scale)  # the scale folded into every q_i once
         for j in range(tau):
-            K_j, V_j = K[j // r], V[j // r]  # grouped-query: head j reads key/value head j // (tau / G)
+            g = kv_head_of(j, tau, G)  # grouped-query: head j reads key/value head j // (tau / G)
+            K_j, V_j = K[g], V[g]
             for i in range(m):
                 alpha = weights[j, i]  # (n,): the scores, then the weights
                 np.matmul(K_j, Qs[j, i], out=alpha)  # q_i K^T * scale: (n, dk) x (dk,) -> (n,)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qkv_cli.core.gqa import kv_head_of
+from qkv_cli.core.gqa import groups, kv_head_of
 from qkv_cli.core.numerics import scale_, softmax
 from qkv_cli.errors import QkvError
 
@@ -72,7 +72,8 @@ def trace(result, head: int = 0) -> Trace:
     rows, keys = result.labels, result.key_labels
     feat_d, feat_k = numbered(d), numbered(dk)
     ablated = None if s is None else s.ablate
-    shared = f" (shared by query heads {g * (tau // G)}..{(g + 1) * (tau // G) - 1})" if G != tau else ""
+    group = groups(tau, G)[g]
+    shared = f" (shared by query heads {group[0]}..{group[-1]})" if G != tau else ""
     kvj = f"{g}" if G != tau else f"{j}"
 
     b = biases(result, tau, G, dk, d)  # a checkpoint's b_j^q, b_j^k, b_j^v (tau or G, dk), b^o (d,); zeros otherwise
