@@ -23,7 +23,31 @@ from qkv_cli.errors import QkvError
 FAMILIES = {
     "bert": "qkv_cli.models.bert",
     "gpt2": "qkv_cli.models.gpt2",
+    "llama": "qkv_cli.models.llama",
+    "mistral": "qkv_cli.models.mistral",
+    "qwen2": "qkv_cli.models.qwen2",
+    "qwen3": "qkv_cli.models.qwen3",
+    "gemma2": "qkv_cli.models.gemma2",
+    "gemma3_text": "qkv_cli.models.gemma3",
+    "gpt_neox": "qkv_cli.models.gpt_neox",
+    "olmo2": "qkv_cli.models.olmo2",
 }
+
+
+class Family:
+    """A family module; what it does not define comes from its BASE module (the shared RoPE decoder)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __getattr__(self, name):
+        for source in (self.module, getattr(self.module, "BASE", None)):
+            if source is not None and hasattr(source, name):
+                return getattr(source, name)
+        raise AttributeError(f"model family {self.module.__name__} has no {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Family({self.module.MODEL_TYPE!r})"
 
 
 def family_for(model_type, where: str = "config.json"):
@@ -34,4 +58,4 @@ def family_for(model_type, where: str = "config.json"):
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         shown = model_type if isinstance(model_type, str) else type(model_type).__name__
         raise QkvError(f"{where}: model_type {shown!r} is not supported: supported are {known}")
-    return importlib.import_module(FAMILIES[model_type])
+    return Family(importlib.import_module(FAMILIES[model_type]))

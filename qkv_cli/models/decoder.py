@@ -1,0 +1,179 @@
+"""The RoPE decoder every modern family is an arrangement of: Llama, Mistral, Qwen 2/3, Gemma 2/3, GPT-NeoX, OLMo 2.
+
+    x_0 = E[ids] (* sqrt(d) for Gemma)
+    block l (pre-norm, Llama):  h = x + Att(N_1(x));  x' = h + MLP(N_2(h))
+            (Gemma 2/3):        h = x + N_post(Att(N_1(x)));  x' = h + N_post2(MLP(N_2(h)))
+            (OLMo 2):           h = x + N_post(Att(x));  x' = h + N_post2(MLP(h))
+            (GPT-NeoX):         x' = MLP(N_2(x)) + Att(N_1(x)) + x          (parallel residual)
+    Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
+    MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
+    last: N_f(x_L)
+
+What differs between families is a named option in ModelConfig.options (see decoder_config.py), read by one
+family module each; nothing here tests a family's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from qkv_cli.core.masks import MaskSpec
+from qkv_cli.models import rope
+from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
+from qkv_cli.models.config import ModelConfig
+from qkv_cli.models.decoder_names import tensor_names
+from qkv_cli.models.decoder_params import parameter_table as parameter_table
+from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm, rms_norm
+
+ATTENTION_INPUT = "the layer input after its first norm (N_1)"
+
+
+@dataclass
+class Norm:
+    """RMSNorm (offset 1 for Gemma, whose checkpoints store w - 1) or LayerNorm (GPT-NeoX, with a bias)."""
+
+    w: np.ndarray
+    b: np.ndarray | None
+    eps: float
+    offset: float = 0.0
+
+    def __call__(self, x):  # [.., n] -> [.., n]
+        if self.b is not None:
+            return layer_norm(x, self.w, self.b, self.eps)
+        return rms_norm(x, self.w, self.eps, self.offset)
+
+
+@dataclass
+class Block:
+    attn: AttentionWeights
+    norms: dict  # "attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm" -> Norm (absent: not used)
+    up: Linear  # d -> d_ff
+    gate: Linear | None  # d -> d_ff (gated MLP), or None
+    down: Linear  # d_ff -> d
+
+
+@dataclass
+class Params:
+    E: np.ndarray  # (V, d) token embeddings
+    blocks: list[Block]
+    final: Norm
+    head: object  # () -> (V, d) output matrix (tied: E), read on first use
+
+
+def layer_type(c: ModelConfig, layer: int) -> str:
+    types = c.opt("layer_types")
+    return types[layer] if types else ""
+
+
+def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:
+    """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window)."""
+    window = c.opt("sliding_window") if layer_type(c, layer) == "sliding_attention" else None
+    return MaskSpec(causal=True, window=window)
+
+
+def rope_of(c: ModelConfig, layer: int) -> rope.Rope:
+    """The layer's RoPE: Gemma 3's sliding layers have a base of their own; everyone else has one for all."""
+    ropes = c.opt("ropes")
+    return ropes.get(layer_type(c, layer), ropes[""])
+
+
+def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64) -> Hooks:
+    """The attention hooks of a layer: scale, RoPE at positions 0..m-1, QK-norm and soft-capping."""
+    rotate = None
+    if m:
+        cos, sin = rope.cos_sin(rope_of(c, layer), m, dtype)
+        rotate = partial(rope.apply, cos=cos, sin=sin)
+    norm_q = norm_k = None
+    if blk is not None and "qnorm" in blk.norms:
+        norm_q, norm_k = blk.norms["qnorm"], blk.norms["knorm"]
+    per_head = c.opt("qk_norm") == "head"
+    return Hooks(
+        scale=c.opt("scale"),
+        qk_norm=(lambda Q, K: (norm_q(Q), norm_k(K))) if per_head and norm_q else None,
+        qk_norm_flat=(lambda q, k: (norm_q(q), norm_k(k))) if not per_head and norm_q else None,
+        rotate=rotate,
+        softcap=c.opt("softcap"),
+    )
+
+
+def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor the forward pass reads (without the family's prefix) -> its shape."""
+    return {name: shape for name, (shape, _) in tensor_names(c).items()}
+
+
+def prepare(w, c: ModelConfig, dtype) -> Params:
+    """The checkpoint's tensors, cast to dtype, in the shapes the forward pass uses ([W^q | W^k | W^v] fused)."""
+    names = {role: name for name, (_, role) in tensor_names(c).items()}
+    tau, G, dk, eps = c.n_heads, c.n_kv_heads, c.d_k, c.norm_eps
+    offset = 1.0 if c.opt("norm") == "rms1p" else 0.0
+
+    def get(role):
+        return w(names[role]) if role in names else None
+
+    def norm(role):
+        return Norm(get(role + ".w"), get(role + ".b"), eps, offset) if role + ".w" in names else None
+
+    def linear(role):
+        return Linear(get(role + ".w"), get(role + ".b"), out_in=True)
+
+    blocks = []
+    for l in range(c.n_layers):
+        p = f"{l}."
+        if p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
+            W = get(p + "qkv.w").reshape(tau, 3, dk, -1).transpose(1, 0, 2, 3).reshape(3 * tau * dk, -1)
+            b = get(p + "qkv.b")
+            qkv = Linear(
+                np.ascontiguousarray(W),
+                None if b is None else b.reshape(tau, 3, dk).transpose(1, 0, 2).ravel(),
+                out_in=True,
+            )
+        else:
+            bias = [get(p + x + ".b") for x in "qkv"]
+            qkv = Linear(
+                np.concatenate([get(p + x + ".w") for x in "qkv"]),
+                None if bias[0] is None else np.concatenate(bias),
+                out_in=True,
+            )
+        norms = {k: n for k in ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm") if (n := norm(p + k))}
+        blocks.append(
+            Block(
+                AttentionWeights(qkv, linear(p + "o"), tau, G, dk),
+                norms,
+                linear(p + "up"),
+                linear(p + "gate") if p + "gate.w" in names else None,
+                linear(p + "down"),
+            )
+        )
+    E = get("embed")
+    head = (lambda: E) if "head" not in names else (lambda: get("head"))
+    return Params(E, blocks, norm("final"), head)
+
+
+def embed(p: Params, c: ModelConfig, ids):  # [m] -> [m, d]
+    x = p.E[ids]  # (m, d), a new array
+    if c.opt("embed_scale"):
+        x *= x.dtype.type(c.opt("embed_scale"))  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
+    return x
+
+
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel):  # [m, d] -> [m, d], Attended
+    b = p.blocks[layer]
+    n = b.norms
+    act = ACTIVATIONS[c.activation]
+    a_in = n["attn_in"](x) if "attn_in" in n else x
+    parts = self_attention(a_in, b.attn, hooks(c, layer, b, x.shape[0], x.dtype), mask, kernel)
+    a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
+    if c.opt("parallel_residual"):  # GPT-NeoX: both branches read x
+        return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
+    h = x + a
+    f_in = n["mlp_in"](h) if "mlp_in" in n else h
+    f = b.down(act(b.gate(f_in)) * b.up(f_in)) if b.gate is not None else b.down(act(b.up(f_in)))
+    f = n["mlp_out"](f) if "mlp_out" in n else f
+    return h + f, parts
+
+
+def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]
+    return p.final(x)

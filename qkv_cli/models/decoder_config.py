@@ -1,0 +1,182 @@
+"""Reading a RoPE decoder's config.json, as transformers v5 writes it (`rope_parameters`, `layer_types`) and as
+older files do (`rope_theta`, `rope_scaling`, `rotary_pct`, `sliding_window_pattern`, `rope_local_base_freq`).
+
+A family module calls `read(keys, ...)` with the options that make it what it is; the result is the ModelConfig
+fields, the family's choices in `options`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models.rope import Rope
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+def read(
+    keys,
+    *,
+    layout="llama",
+    names="llama",
+    norm="rms",
+    act=("hidden_act", "silu"),
+    eps="rms_norm_eps",
+    bias=("attention_bias", False),
+    mlp_bias=("mlp_bias", False),
+    qk_norm=None,
+    softcap=False,
+    embed_scale=False,
+    tie=False,
+    sliding=None,
+    parallel_residual=False,
+    scale_key=None,
+    partial=(None, 1.0),
+    theta=("rope_theta", 10000.0),
+    local_theta=None,
+) -> dict:
+    """The ModelConfig fields of a decoder. bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or
+    (q, k, v bias, o bias) fixed by the family (Qwen 2); mlp_bias: a key and default, or a fixed bool.
+    sliding: None, "all" (Mistral), "qwen", "alternate" (Gemma 2) or "pattern" (Gemma 3): how layers become
+    sliding when config.json has no `layer_types`."""
+    n_layers, tau, d = keys.int("num_hidden_layers"), keys.int("num_attention_heads"), keys.int("hidden_size")
+    for name, value in (("num_hidden_layers", n_layers), ("num_attention_heads", tau), ("hidden_size", d)):
+        if value < 1:
+            raise QkvError(f"{keys.where}: '{name}' must be at least 1, got {value}")
+    head_dim = keys.int("head_dim", d // tau if d % tau == 0 else 0)
+    if head_dim < 1:
+        raise QkvError(f"{keys.where}: head_dim must be given when hidden_size ({d}) is not a multiple of the heads")
+    types = layer_types(keys, n_layers, sliding)
+    window = keys.int("sliding_window", None) if any(t == SLIDING for t in types) else None
+    if window is not None and window < 1:
+        raise QkvError(f"{keys.where}: 'sliding_window' must be at least 1, got {window}")
+    if keys.get("use_bidirectional_attention", False):
+        raise QkvError(f"{keys.where}: use_bidirectional_attention is not supported (qkv runs these models causally)")
+    scale = keys.number(scale_key, head_dim) if scale_key else head_dim
+    qkv_bias, o_bias = (keys.bool(*bias),) * 2 if isinstance(bias[0], str) else bias
+    options = {
+        "layout": layout,
+        "names": names,
+        "norm": norm,
+        "qkv_bias": qkv_bias,
+        "o_bias": o_bias,
+        "mlp_bias": keys.bool(*mlp_bias) if isinstance(mlp_bias, tuple) else mlp_bias,
+        "qk_norm": qk_norm,
+        "scale": float(scale) ** -0.5,
+        "layer_types": types,
+        "sliding_window": window,
+        "softcap": keys.number("attn_logit_softcapping", None) if softcap else None,
+        "final_softcap": keys.number("final_logit_softcapping", None) if softcap else None,
+        "embed_scale": math.sqrt(d) if embed_scale else None,
+        "tie_embeddings": keys.bool("tie_word_embeddings", tie),
+        "parallel_residual": keys.bool("use_parallel_residual", parallel_residual) if parallel_residual else False,
+    }
+    if options["softcap"] is not None and options["softcap"] <= 0:
+        raise QkvError(f"{keys.where}: 'attn_logit_softcapping' must be positive, got {options['softcap']}")
+    context = keys.int("max_position_embeddings")
+    options["ropes"] = ropes(keys, head_dim, partial, theta, local_theta, context)
+    if options["ropes"][""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
+        context = int(context * options["ropes"][""].factor)
+    return {
+        "n_layers": n_layers,
+        "n_heads": tau,
+        "n_kv_heads": keys.int("num_key_value_heads", tau),
+        "d": d,
+        "d_ff": keys.int("intermediate_size"),
+        "vocab_size": keys.int("vocab_size"),
+        "max_positions": context,
+        "norm_eps": keys.number(eps, 1e-6),
+        "activation": activation(keys, act),
+        "head_dim": head_dim,
+        "options": options,
+    }
+
+
+def activation(keys, act: tuple) -> str:
+    """The first of the keys act[:-1] that config.json has (Gemma: hidden_activation, then hidden_act), else act[-1]."""
+    for key in act[:-1]:
+        value = keys.str(key, None)
+        if value is not None:
+            return value
+    return act[-1]
+
+
+def layer_types(keys, n_layers: int, sliding) -> tuple[str, ...]:
+    given = keys.get("layer_types", None)
+    if given is not None:
+        if not isinstance(given, list) or len(given) != n_layers or any(t not in (SLIDING, FULL) for t in given):
+            raise QkvError(
+                f"{keys.where}: 'layer_types' must list {SLIDING!r} or {FULL!r} for each of {n_layers} layers"
+            )
+        return tuple(given) if sliding else tuple(FULL for _ in given)
+    if sliding == "all":
+        return tuple(SLIDING if keys.get("sliding_window", None) is not None else FULL for _ in range(n_layers))
+    if sliding == "qwen":
+        on = keys.get("use_sliding_window", False) is True and keys.get("sliding_window", None) is not None
+        first = keys.int("max_window_layers", n_layers)
+        return tuple(SLIDING if on and i >= first else FULL for i in range(n_layers))
+    if sliding == "alternate":
+        return tuple(SLIDING if (i + 1) % 2 else FULL for i in range(n_layers))
+    if sliding == "pattern":
+        every = keys.int("sliding_window_pattern", 6)
+        if every < 1:
+            raise QkvError(f"{keys.where}: 'sliding_window_pattern' must be at least 1, got {every}")
+        return tuple(SLIDING if (i + 1) % every else FULL for i in range(n_layers))
+    return tuple(FULL for _ in range(n_layers))
+
+
+def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) -> dict[str, Rope]:
+    """{layer type or "": Rope}. v5 files: `rope_parameters` (flat, or one dict per layer type); older: `rope_theta`
+    and `rope_scaling` (a Gemma 3 file's scaling applies to its full-attention layers)."""
+    params = keys.get("rope_parameters", None)
+    if isinstance(params, dict) and params and all(k in (SLIDING, FULL) for k in params):
+        out = {kind: one(keys, p, head_dim, partial, theta[1], max_positions) for kind, p in params.items()}
+        out[""] = out.get(FULL) or next(iter(out.values()))
+        return out
+    if params is not None and not isinstance(params, dict):
+        raise QkvError(f"{keys.where}: 'rope_parameters' must be an object, got {params!r}")
+    merged = dict(params or {})
+    scaling = keys.get("rope_scaling", None)
+    if scaling is not None and not isinstance(scaling, dict):
+        raise QkvError(f"{keys.where}: 'rope_scaling' must be an object or null, got {scaling!r}")
+    if "rope_theta" not in merged:
+        merged["rope_theta"] = keys.number(theta[0], theta[1])
+    if partial[0] and "partial_rotary_factor" not in merged:
+        merged["partial_rotary_factor"] = keys.number(partial[0], partial[1])
+    full = one(keys, merged | (scaling or {}), head_dim, partial, theta[1], max_positions)
+    if local_theta is None:
+        return {"": full}
+    local = one(
+        keys, {"rope_theta": keys.number(local_theta[0], local_theta[1])}, head_dim, partial, theta[1], max_positions
+    )
+    return {"": full, FULL: full, SLIDING: local}
+
+
+def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int) -> Rope:
+    kind = p.get("rope_type", p.get("type", "default"))
+    fraction = p.get("partial_rotary_factor", partial[1])
+    try:
+        fraction = float(fraction)
+        rot = int(head_dim * fraction)
+        rot -= rot % 2
+        return Rope(
+            theta=float(p.get("rope_theta", default_theta)),
+            rot=rot,
+            kind=str(kind),
+            factor=float(p.get("factor", 1.0)),
+            max_positions=max_positions,
+            original_max_positions=int(p.get("original_max_position_embeddings") or max_positions),
+            low_freq_factor=float(p.get("low_freq_factor", 1.0)),
+            high_freq_factor=float(p.get("high_freq_factor", 4.0)),
+            attention_factor=None if p.get("attention_factor") is None else float(p["attention_factor"]),
+            beta_fast=float(p.get("beta_fast") or 32),
+            beta_slow=float(p.get("beta_slow") or 1),
+            mscale=p.get("mscale"),
+            mscale_all_dim=p.get("mscale_all_dim"),
+            truncate=bool(p.get("truncate", True)),
+        )
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise QkvError(f"{keys.where}: the RoPE parameters {p!r} are not valid ({exc})") from None
+    except QkvError as exc:
+        raise QkvError(f"{keys.where}: {exc}") from None

@@ -1,0 +1,63 @@
+"""The tensor names of the RoPE decoders, in Hugging Face's naming, with their shapes and the role each one plays.
+
+Roles: "embed", "final.w"/"final.b", and per layer l: "l.attn_in" (the norm before attention), "l.attn_out" (after
+it, Gemma and OLMo 2), "l.mlp_in", "l.mlp_out", "l.qnorm"/"l.knorm" (QK-norm), "l.q", "l.k", "l.v", "l.o",
+"l.qkv" (GPT-NeoX's fused projection), "l.gate", "l.up", "l.down" -- each with ".w" (weight) or ".b" (bias).
+"""
+
+from __future__ import annotations
+
+from qkv_cli.models.config import ModelConfig
+
+# where each layout puts its norms: role -> Hugging Face module name
+NORMS = {
+    "llama": {"attn_in": "input_layernorm", "mlp_in": "post_attention_layernorm"},
+    "gemma": {"attn_in": "input_layernorm", "attn_out": "post_attention_layernorm",
+              "mlp_in": "pre_feedforward_layernorm", "mlp_out": "post_feedforward_layernorm"},
+    "olmo2": {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"},
+    "neox": {"attn_in": "input_layernorm", "mlp_in": "post_attention_layernorm"},
+}  # fmt: skip
+HEAD = {"llama": "lm_head.weight", "neox": "embed_out.weight"}  # outside the model's prefix
+
+
+def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name (without the 'model.' or 'gpt_neox.' prefix) -> (shape, role)."""
+    d, dff, V, tau, G, dk = c.d, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_k
+    neox = c.opt("names") == "neox"
+    layer_norm_bias = c.opt("norm") == "layer"
+    out = {("embed_in.weight" if neox else "embed_tokens.weight"): ((V, d), "embed")}
+    for l in range(c.n_layers):
+        p, r = f"layers.{l}.", f"{l}."
+        for role, module in NORMS[c.opt("layout")].items():
+            out[f"{p}{module}.weight"] = ((d,), f"{r}{role}.w")
+            if layer_norm_bias:
+                out[f"{p}{module}.bias"] = ((d,), f"{r}{role}.b")
+        if neox:
+            out[p + "attention.query_key_value.weight"] = ((3 * d, d), r + "qkv.w")
+            out[p + "attention.dense.weight"] = ((d, d), r + "o.w")
+            if c.opt("qkv_bias"):
+                out[p + "attention.query_key_value.bias"] = ((3 * d,), r + "qkv.b")
+                out[p + "attention.dense.bias"] = ((d,), r + "o.b")
+        else:
+            for x, rows in (("q", tau * dk), ("k", G * dk), ("v", G * dk)):
+                out[f"{p}self_attn.{x}_proj.weight"] = ((rows, d), f"{r}{x}.w")
+                if c.opt("qkv_bias"):
+                    out[f"{p}self_attn.{x}_proj.bias"] = ((rows,), f"{r}{x}.b")
+            out[p + "self_attn.o_proj.weight"] = ((d, tau * dk), r + "o.w")
+            if c.opt("o_bias"):
+                out[p + "self_attn.o_proj.bias"] = ((d,), r + "o.b")
+        if c.opt("qk_norm"):
+            head = c.opt("qk_norm") == "head"  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
+            out[p + "self_attn.q_norm.weight"] = ((dk if head else tau * dk,), r + "qnorm.w")
+            out[p + "self_attn.k_norm.weight"] = ((dk if head else G * dk,), r + "knorm.w")
+        mlp = (("dense_h_to_4h", "up", (dff, d)), ("dense_4h_to_h", "down", (d, dff))) if neox else (
+            ("gate_proj", "gate", (dff, d)), ("up_proj", "up", (dff, d)), ("down_proj", "down", (d, dff)))  # fmt: skip
+        for module, role, shape in mlp:
+            out[f"{p}mlp.{module}.weight"] = (shape, f"{r}{role}.w")
+            if c.opt("mlp_bias"):
+                out[f"{p}mlp.{module}.bias"] = ((shape[0],), f"{r}{role}.b")
+    final = "final_layer_norm" if neox else "norm"
+    out[final + ".weight"] = ((d,), "final.w")
+    if layer_norm_bias:
+        out[final + ".bias"] = ((d,), "final.b")
+    return out

@@ -1,0 +1,14 @@
+"""OLMo 2: QK-norm over the whole q and k projections (before splitting heads), and norms after attention and after
+the MLP instead of before them."""
+
+from __future__ import annotations
+
+from qkv_cli.models import decoder, decoder_config
+
+BASE = decoder  # everything else: the shared RoPE decoder
+MODEL_TYPE = "olmo2"
+PREFIXES = ("model.", "")
+
+
+def read_config(keys) -> dict:
+    return decoder_config.read(keys, layout="olmo2", qk_norm="flat")

@@ -1,0 +1,129 @@
+"""Rotary position embedding (RoPE) in the Hugging Face convention, with its scaling types.
+
+Position p turns each pair of a head's first `rot` dimensions by the angle p * theta_k, theta_k = inv_freq[k]:
+
+    inv_freq_k = 1 / base^(2k / rot),  k = 0 .. rot/2 - 1        (then scaled: linear, dynamic, llama3, yarn)
+    cos, sin = cos(p inv_freq), sin(p inv_freq), each repeated twice: [theta_0 .. theta_{rot/2-1}, theta_0 ..]
+    rope(x) = x * cos + rotate_half(x) * sin,    rotate_half([x1, x2]) = [-x2, x1]      (halves, not pairs)
+
+so dimension k is paired with dimension k + rot/2. The dimensions after `rot` (partial rotary, GPT-NeoX) pass
+through. In float32 every step runs in float32 as transformers does (its frequencies are float32 even for a
+float64 model); in float64 every step is float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_cli.errors import QkvError
+
+KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
+
+
+@dataclass(frozen=True)
+class Rope:
+    theta: float  # the base
+    rot: int  # rotated dimensions per head (head_dim, or its first part with partial rotary)
+    kind: str = "default"
+    factor: float = 1.0
+    max_positions: int = 0  # dynamic: the length beyond which the base grows
+    original_max_positions: int = 0  # llama3, yarn
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    attention_factor: float | None = None  # yarn
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    mscale: float | None = None  # yarn
+    mscale_all_dim: float | None = None  # yarn
+    truncate: bool = True  # yarn
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise QkvError(f"RoPE scaling type {self.kind!r} is not supported: use one of {', '.join(KINDS)}")
+        if self.rot < 2 or self.rot % 2:
+            raise QkvError(f"the rotated head width ({self.rot}) must be an even number of at least 2")
+        if not (math.isfinite(self.theta) and self.theta > 1):
+            raise QkvError(f"the RoPE base (rope_theta) must be a finite number above 1, got {self.theta}")
+        if not (math.isfinite(self.factor) and self.factor > 0):
+            raise QkvError(f"the RoPE scaling factor must be a positive number, got {self.factor}")
+
+
+def inv_freq(rope: Rope, m: int, dtype=np.float64):  # -> ([rot/2] inverse frequencies, attention scaling)
+    """theta_k for a text of m tokens (dynamic scaling depends on m), and the factor that multiplies cos and sin."""
+    dt = np.dtype(dtype).type
+    dim = rope.rot
+    exponents = np.arange(0, dim, 2).astype(dtype) / dt(dim)
+    base = rope.theta
+    if rope.kind == "dynamic" and m > rope.max_positions > 0:  # the base grows with the text beyond max_positions
+        base = base * ((rope.factor * m / rope.max_positions) - (rope.factor - 1)) ** (dim / (dim - 2))
+    freq = dt(1.0) / (dt(base) ** exponents)
+    if rope.kind == "linear":
+        freq = freq / dt(rope.factor)
+    elif rope.kind == "llama3":
+        freq = _llama3(rope, freq, dt)
+    elif rope.kind == "yarn":
+        return _yarn(rope, dt)
+    return freq, 1.0
+
+
+def _llama3(rope: Rope, freq, dt):  # Llama 3.1: low frequencies divided by factor, a smooth ramp in between
+    old = rope.original_max_positions
+    low_wavelen, high_wavelen = old / rope.low_freq_factor, old / rope.high_freq_factor
+    wavelen = dt(2 * math.pi) / freq
+    scaled = np.where(wavelen > low_wavelen, freq / dt(rope.factor), freq)
+    smooth = (dt(old) / wavelen - dt(rope.low_freq_factor)) / dt(rope.high_freq_factor - rope.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / dt(rope.factor) + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled).astype(freq.dtype)
+
+
+def _yarn(rope: Rope, dt):  # YaRN: interpolation ramped in by dimension, and a scale on cos and sin
+    dim, base, factor = rope.rot, rope.theta, rope.factor
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    scaling = rope.attention_factor
+    if scaling is None:
+        scaling = (mscale(factor, rope.mscale) / mscale(factor, rope.mscale_all_dim)
+                   if rope.mscale and rope.mscale_all_dim else mscale(factor))  # fmt: skip
+
+    def correction(rotations):
+        return (dim * math.log(rope.original_max_positions / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction(rope.beta_fast), correction(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    pos_freqs = dt(base) ** (np.arange(0, dim, 2).astype(dt) / dt(dim))
+    extrapolation, interpolation = dt(1.0) / pos_freqs, dt(1.0) / (dt(factor) * pos_freqs)
+    ramp = np.clip((np.arange(dim // 2).astype(dt) - dt(low)) / dt(high - low if high != low else 0.001), 0, 1)
+    keep = 1 - ramp
+    return interpolation * (1 - keep) + extrapolation * keep, float(scaling)
+
+
+def cos_sin(rope: Rope, m: int, dtype=np.float64):  # -> cos, sin [m, rot] for positions 0..m-1
+    freq, scaling = inv_freq(rope, m, dtype)
+    angles = np.arange(m, dtype=dtype)[:, None] * freq[None, :]  # (m, 1) x (1, rot/2) -> (m, rot/2)
+    angles = np.concatenate([angles, angles], axis=1)  # [theta_0 .. theta_{rot/2-1}] twice: (m, rot)
+    cos, sin = np.cos(angles), np.sin(angles)
+    if scaling != 1.0:
+        cos *= cos.dtype.type(scaling)
+        sin *= sin.dtype.type(scaling)
+    return cos, sin
+
+
+def rotate_half(x):  # [..., rot] -> [..., rot]: [x1, x2] -> [-x2, x1]
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply(X, cos, sin):  # [h, m, dk], [m, rot], [m, rot] -> [h, m, dk]: RoPE on the first rot dims of every head
+    rot = cos.shape[-1]
+    turned = X[..., :rot] * cos + rotate_half(X[..., :rot]) * sin  # (h, m, rot) * (m, rot)
+    if rot == X.shape[-1]:
+        return turned
+    return np.concatenate([turned, X[..., rot:]], axis=-1)  # partial rotary: the rest passes through

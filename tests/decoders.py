@@ -1,0 +1,125 @@
+"""Tiny random RoPE decoders of every family, built and saved by transformers (the reference), for the tests.
+
+Weights are scaled up (N(0, 0.3)) and norm weights randomised so attention is peaked: default initialisation gives
+near-uniform weights that hide mistakes. Windows are shorter than the texts, key/value heads fewer than query heads.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+BASE = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
+        "intermediate_size": 48, "max_position_embeddings": 64, "tie_word_embeddings": False}  # fmt: skip
+
+# name -> (model_type, config overrides); texts are 12-20 tokens, so every window below is shorter
+CASES = {
+    "llama": ("llama", {"rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}),
+    "llama-tied-bias": ("llama", {"tie_word_embeddings": True, "attention_bias": True, "mlp_bias": True}),
+    "llama-linear": ("llama", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0}}),
+    "llama-dynamic": ("llama", {"max_position_embeddings": 12,
+                                "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 100.0}}),
+    "llama-llama3": ("llama", {"rope_parameters": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 8,
+                                                   "rope_theta": 100.0}}),
+    "llama-yarn": ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100.0,
+                                                 "original_max_position_embeddings": 16}}),
+    "mistral": ("mistral", {"sliding_window": 5, "head_dim": 8}),
+    "qwen2": ("qwen2", {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1}),
+    "qwen3": ("qwen3", {"head_dim": 12, "use_sliding_window": True, "sliding_window": 6, "max_window_layers": 2}),
+    "gemma2": ("gemma2", {"head_dim": 16, "query_pre_attn_scalar": 24, "sliding_window": 4,
+                          "attn_logit_softcapping": 5.0, "final_logit_softcapping": 3.0}),
+    "gemma3_text": ("gemma3_text", {
+        "head_dim": 16, "query_pre_attn_scalar": 20, "sliding_window": 5,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 300.0},
+                            "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 5000.0}}}),
+    "gpt_neox": ("gpt_neox", {"num_attention_heads": 2, "rotary_pct": 0.25, "rotary_emb_base": 200.0,
+                              "layer_norm_eps": 1e-5}),
+    "gpt_neox-sequential": ("gpt_neox", {"num_attention_heads": 2, "use_parallel_residual": False,
+                                         "partial_rotary_factor": 0.5}),
+    "olmo2": ("olmo2", {"rms_norm_eps": 1e-5}),
+}  # fmt: skip
+
+
+def config(transformers, name: str, vocab: int):
+    model_type, overrides = CASES[name]
+    values = dict(BASE, vocab_size=vocab, **overrides)
+    if model_type == "gpt_neox":
+        values.pop("num_key_value_heads")
+    return transformers.AutoConfig.for_model(model_type, **values)
+
+
+def build(transformers, torch, name: str, folder, seed: int = 0):
+    """Save a tiny random model of case `name` (and qkv's small BPE as its tokenizer) to folder; return the model."""
+    from tokenizers import Tokenizer
+
+    from qkv_cli.text.tokens import BPE_PATH
+
+    vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(
+        config(transformers, name, vocab), attn_implementation="eager"
+    )
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if "norm" in pname:
+                gemma = model.config.model_type.startswith("gemma")  # stored as w - 1
+                p.copy_(torch.randn_like(p) * 0.3 + (0.0 if gemma else 1.0))
+            else:
+                p.copy_(torch.randn_like(p) * 0.3)
+    model.eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    shutil.copy(BPE_PATH, folder / "tokenizer.json")
+    return model
+
+
+def attentions(torch, model, ids) -> list:
+    """Every layer's attention weights (tau, m, m) from transformers' eager forward."""
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), output_attentions=True)
+    return [a[0].numpy() for a in out.attentions]
+
+
+class float64_everywhere:  # noqa: N801  (a context manager, used like a function)
+    """transformers computes RoPE frequencies, RMSNorm and the eager softmax in float32 even in a float64 model;
+    inside this context every float32 request becomes float64, so a model built here is float64 throughout."""
+
+    def __init__(self, torch):
+        self.torch = torch
+
+    def __enter__(self):
+        torch = self.torch
+        self.saved = (torch.get_default_dtype(), torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax,
+                      torch.arange)  # fmt: skip
+        plain_to, plain_softmax, plain_arange = torch.Tensor.to, torch.nn.functional.softmax, torch.arange
+
+        def to(tensor, *args, **kwargs):
+            args = tuple(torch.float64 if a is torch.float32 else a for a in args)
+            if kwargs.get("dtype") is torch.float32:
+                kwargs["dtype"] = torch.float64
+            return plain_to(tensor, *args, **kwargs)
+
+        def softmax(x, *args, dtype=None, **kwargs):
+            return plain_softmax(x, *args, dtype=torch.float64 if dtype is torch.float32 else dtype, **kwargs)
+
+        def arange(*args, dtype=None, **kwargs):
+            return plain_arange(*args, dtype=torch.float64 if dtype is torch.float32 else dtype, **kwargs)
+
+        torch.set_default_dtype(torch.float64)
+        torch.arange = arange
+        torch.Tensor.float = lambda tensor, *a, **k: plain_to(tensor, torch.float64)
+        torch.Tensor.to = to
+        torch.nn.functional.softmax = softmax
+        return self
+
+    def __exit__(self, *exc):
+        torch = self.torch
+        default, torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax, torch.arange = self.saved
+        torch.set_default_dtype(default)
+
+
+def float64_twin(transformers, torch, model):
+    """The same weights in a model built float64 throughout (see float64_everywhere); use it inside that context."""
+    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64)
+    twin.load_state_dict(model.state_dict())
+    return twin.eval()

@@ -1,0 +1,135 @@
+"""Every RoPE decoder family against transformers: tiny random models built and saved by transformers in the test.
+
+float32 against its eager attention within 1e-5; float64 within 1e-10 against the same weights in a model that
+transformers runs in float64 throughout (decoders.float64_everywhere: transformers computes RoPE frequencies,
+RMSNorm and the eager softmax in float32 even after model.double()).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from decoders import CASES, attentions, build, float64_everywhere, float64_twin
+from typer.testing import CliRunner
+
+from qkv_cli.cli import app
+from qkv_cli.models import load_model
+
+pytestmark = pytest.mark.reference
+LENGTHS = (1, 7, 19)  # windows are 4-6 tokens: the longer texts cross them
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (folder, transformers model), built once per test module."""
+    from helpers import reference_import
+
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    out = {}
+
+    def get(name):
+        if name not in out:
+            folder = tmp_path_factory.mktemp(name)
+            out[name] = (folder, build(transformers, torch, name, folder))
+        return out[name]
+
+    return get
+
+
+def ids_for(m: int, seed: int) -> list[int]:
+    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_float32_attention_matches_transformers_eager(name, built, torch):
+    folder, model = built(name)
+    ours = load_model(folder, dtype="float32")
+    for m in LENGTHS:
+        ids = ids_for(m, m)
+        ref = attentions(torch, model, ids)
+        run = ours.forward(ids)
+        assert run.attentions.dtype == np.float32
+        for layer, want in enumerate(ref):
+            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{name} layer {layer}")
+        with torch.no_grad():
+            hidden = model.base_model(torch.tensor([ids])).last_hidden_state[0].numpy()
+        np.testing.assert_allclose(run.last_hidden_state, hidden, atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_float64_attention_matches_a_float64_transformers(name, built, torch, transformers):
+    folder, model = built(name)
+    ours = load_model(folder, dtype="float64")
+    ids = ids_for(LENGTHS[-1], 1)
+    with float64_everywhere(torch):
+        twin = float64_twin(transformers, torch, model)
+        ref = attentions(torch, twin, ids)
+        with torch.no_grad():
+            hidden = twin.base_model(torch.tensor([ids])).last_hidden_state[0].numpy()
+    run = ours.forward(ids)
+    for layer, want in enumerate(ref):
+        assert want.dtype == np.float64
+        np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"{name} layer {layer}")
+    np.testing.assert_allclose(run.last_hidden_state, hidden, atol=1e-9, rtol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen2", "gemma2", "gemma3_text"])
+def test_sliding_layers_keep_only_the_window(name, built):
+    folder, _ = built(name)
+    model = load_model(folder, dtype="float64")
+    run = model.forward(ids_for(19, 3), layers="all")
+    window = model.config.opt("sliding_window")
+    i, t = np.indices((19, 19))
+    outside = (i - t >= window) | (t > i)
+    kinds = set()
+    for layer, kind in enumerate(run.layer_types):
+        kinds.add(kind)
+        w = run.attentions[layer]
+        assert (w[:, t > i] == 0).all()  # causal everywhere
+        if kind == "sliding_attention":
+            assert (w[:, outside] == 0).all() and run.layers[layer].model.window == window
+        else:
+            assert (w[:, (i - t >= window) & (t <= i)] > 0).any()  # a global layer reaches past the window
+    assert kinds == {"sliding_attention", "full_attention"} or name == "mistral"
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen3", "gpt_neox", "gemma3_text"])
+def test_layer_detail_rope_step_and_kernels(name, built):
+    folder, _ = built(name)
+    model = load_model(folder, dtype="float64")
+    c = model.config
+    ids = ids_for(11, 5)
+    run = model.forward(ids, layers="all")
+    for det in run.layers.values():
+        assert det.Q.shape == (c.n_heads, 11, c.d_k) and det.K.shape == (c.n_kv_heads, 11, c.d_k)
+        rot = det.Q.shape[-1] if name != "gpt_neox" else int(c.d_k * 0.25)
+        np.testing.assert_array_equal(det.Q[..., rot:], det.Q_pre_rope[..., rot:])  # only the rotary part turns
+        np.testing.assert_allclose(det.Q[:, 0], det.Q_pre_rope[:, 0], atol=1e-12)  # position 0: angle 0
+        assert not np.allclose(det.Q[:, 5, :rot], det.Q_pre_rope[:, 5, :rot])
+        np.testing.assert_allclose(
+            np.linalg.norm(det.Q[..., :rot], axis=-1), np.linalg.norm(det.Q_pre_rope[..., :rot], axis=-1), rtol=1e-12
+        )  # a rotation
+    for kernel in ("loop", "reference"):
+        np.testing.assert_allclose(model.forward(ids, kernel=kernel).attentions, run.attentions, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2", "gemma2", "gpt_neox", "olmo2"])
+def test_cli_json_equals_transformers(name, built, torch):
+    folder, model = built(name)
+    text = "the cat sat on the mat because it was warm"
+    r = CliRunner().invoke(app, ["run", text, "--model", str(folder), "--format", "json", "--dtype", "float32"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    ref = attentions(torch, model, load_model(folder).tokenize(text).ids)
+    np.testing.assert_allclose(np.array(doc["attentions"]), np.stack(ref), atol=1e-5)
+    assert doc["settings"]["family"] == model.config.model_type
+    assert len(doc["layer_types"]) == model.config.num_hidden_layers
+
+
+def test_every_rope_family_in_the_registry_has_a_case():
+    from qkv_cli.models import FAMILIES
+
+    assert {model_type for model_type, _ in CASES.values()} == set(FAMILIES) - {"bert", "gpt2"}
