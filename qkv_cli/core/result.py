@@ -72,6 +72,9 @@ class Result:
     bo: np.ndarray | None = None
     Q_pre_rope: np.ndarray | None = None
     K_pre_rope: np.ndarray | None = None
+    rope_freq: np.ndarray | None = None  # (rot/2,) theta_k at this text's length: pair k turns by p * theta_k
+    rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
+    qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
     model: ModelInfo | None = None
     # MODEL: the whole forward pass
     layers: dict = field(default_factory=dict)  # layer -> LAYER Result, for the chosen layers

@@ -15,7 +15,7 @@ import importlib
 
 _EXPORTS = {
     "resolve_model": "find",
-    "find_models": "find",
+    "find_models": "catalog",
     "hub_cache": "find",
     "display_name": "find",
     "load_model": "load",

@@ -169,6 +169,10 @@ def layer_type(c: ModelConfig, layer: int) -> str:
     return ""
 
 
+def layer_extras(p, c: ModelConfig, layer: int, m: int, dtype) -> dict:  # no RoPE, no QK-norm
+    return {}
+
+
 def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product attention
     return Hooks(scale=1 / math.sqrt(c.d_k))
 

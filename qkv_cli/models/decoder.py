@@ -29,6 +29,7 @@ from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm, rms_norm
 
 ATTENTION_INPUT = "the layer input after its first norm (N_1)"
+HEAD = "lm_head.weight"  # the output head, outside the model's prefix; absent or tied: E
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Params:
     E: np.ndarray  # (V, d) token embeddings
     blocks: list[Block]
     final: Norm
-    head: object  # () -> (V, d) output matrix (tied: E), read on first use
+    head: object  # () -> (V, d) output matrix (tied: E), read on first use; None: the checkpoint has none
 
 
 def layer_type(c: ModelConfig, layer: int) -> str:
@@ -97,6 +98,17 @@ def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtyp
         rotate=rotate,
         softcap=c.opt("softcap"),
     )
+
+
+def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
+    """What explain needs to redo the layer's steps: RoPE's frequencies at this length, the QK-norm weights."""
+    freq, scaling = rope.inv_freq(rope_of(c, layer), m, dtype)
+    out = {"rope_freq": freq, "rope_scaling": scaling}
+    n = p.blocks[layer].norms
+    if "qnorm" in n:
+        out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,
+                          "per_head": c.opt("qk_norm") == "head"}  # fmt: skip
+    return out
 
 
 def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
@@ -148,7 +160,10 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
             )
         )
     E = get("embed")
-    head = (lambda: E) if "head" not in names else (lambda: get("head"))
+    if "__head__" in w:
+        head = lambda: w("__head__")  # noqa: E731
+    else:
+        head = (lambda: E) if c.opt("tie_embeddings") else None
     return Params(E, blocks, norm("final"), head)
 
 

@@ -1,15 +1,15 @@
-"""Where checkpoints live: a local folder, a name in the Hugging Face cache, an installed package that ships one,
-or (with --download) the Hub; and the list `qkv models` prints. Nothing here reads weights.
+"""Where checkpoints live: a local folder or GGUF file, a name in the Hugging Face cache, an installed package that
+ships one (found with importlib.util.find_spec, never imported), or (with --download) the Hub. Nothing here reads
+weights; catalog.py lists what it finds for `qkv models`.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import ModelConfig, read_config
+from qkv_cli.files import open_regular
 from qkv_cli.models.weights import INDEX, WEIGHTS
 
 NEEDED = ("config.json", WEIGHTS, "tokenizer.json")
@@ -32,18 +32,29 @@ def hub_cache() -> Path:
     return base / "huggingface" / "hub"
 
 
+def _ref(repo: Path, revision: str | None) -> str | None:
+    """The commit a ref names (refs/main by default): a short plain name, never a path; None when unusable."""
+    ref = repo / "refs" / (revision or "main")
+    try:
+        with open_regular(ref, "hub cache ref") as handle:
+            commit = handle.read(257).decode("ascii").strip()
+    except (QkvError, OSError, UnicodeDecodeError):
+        return None
+    if not commit or len(commit) > 256 or not all(c.isalnum() or c in "-_" for c in commit):
+        return None  # an absolute path, a '../', binary junk: not a commit
+    return commit
+
+
 def _cache_snapshot(repo_id: str, revision: str | None = None) -> Path | None:
     """The snapshot folder of `repo_id` in the hub cache (refs/<revision or main> first), or None."""
     repo = hub_cache() / ("models--" + repo_id.replace("/", "--"))
     snapshots = repo / "snapshots"
     if not snapshots.is_dir():
         return None
-    ref = repo / "refs" / (revision or "main")
-    if ref.is_file():
-        commit = ref.read_text().strip()
-        if (snapshots / commit / "config.json").is_file():
-            return snapshots / commit
-    if revision and (snapshots / revision / "config.json").is_file():
+    commit = _ref(repo, revision)
+    if commit is not None and (snapshots / commit / "config.json").is_file():
+        return snapshots / commit
+    if revision and "/" not in revision and ".." not in revision and (snapshots / revision / "config.json").is_file():
         return snapshots / revision
     if revision:
         return None
@@ -56,15 +67,31 @@ def _looks_like_repo_id(spec: str) -> bool:
     return 1 <= len(parts) <= 2 and all(parts) and not spec.startswith((".", "~", "/"))
 
 
+def is_gguf(path: Path) -> bool:
+    """A GGUF file (llama.cpp): by its name, or by its first four bytes."""
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with open(path, "rb") as handle:
+            return path.is_file() and handle.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 def resolve_model(spec: str, download: bool = False) -> Path:
-    """A model folder for `spec`: an existing folder, an installed package's model, or a Hub name (org/name[@rev])
-    found in the local Hugging Face cache. Only with download=True is a missing name fetched from the Hub."""
+    """A model folder or GGUF file for `spec`: an existing folder or .gguf file, an installed package's model, or a
+    Hub name (org/name[@rev]) in the local Hugging Face cache. Only with download=True is a missing name fetched."""
+    from qkv_cli.files import is_file_name
+
+    if not is_file_name(spec):
+        raise QkvError(f"--model {spec!r} is not a file or folder name")
     path = Path(spec).expanduser()
     if path.exists():
         if not path.is_dir():
-            raise QkvError(
-                f"--model '{spec}' is a file: give the folder that holds config.json, {WEIGHTS} and tokenizer.json"
-            )
+            if is_gguf(path):
+                return path
+            raise QkvError(f"--model '{spec}' is a file but not a GGUF file: give a .gguf file or the folder that "
+                           f"holds config.json, {WEIGHTS} and tokenizer.json")  # fmt: skip
         check_folder(path)
         return path
     if not _looks_like_repo_id(spec):
@@ -79,9 +106,9 @@ def resolve_model(spec: str, download: bool = False) -> Path:
             if not download:  # an incomplete snapshot: --download fetches the missing files
                 raise
             return _download(repo_id, revision or None)
-    for entry in _package_models():  # an installed package that ships a model: its import or pip name
-        if spec in (entry["name"], entry["package"]) or spec.replace("-", "_") == entry["package"]:
-            return Path(entry["path"])
+    shipped = package_model(spec)  # an installed package that ships a model: its import or pip name
+    if shipped is not None:
+        return shipped
     if not download:
         raise QkvError(
             f"model '{spec}' is not a folder and not in the Hugging Face cache ({hub_cache()}): "
@@ -138,96 +165,38 @@ def display_name(folder: Path) -> str:
     return folder.name
 
 
-# --- qkv models ---------------------------------------------------------------------------------------
+def package_model(spec: str) -> Path | None:
+    """The model an installed package ships (`pkg`, `pkg-name` or `pkg/sub`): a folder with config.json and
+    tokenizer.json, or a .gguf file, inside the package's folder. The package is located, never imported."""
+    import importlib.util
 
-
-def _size_on_disk(folder: Path) -> int:
-    total = 0
-    for p in folder.iterdir():
-        try:
-            if p.is_file():
-                total += p.stat().st_size  # follows the hub cache's symlinks to the blobs
-        except OSError:
-            pass
-    return total
-
-
-def _describe(folder: Path, name: str, source: str, package: str = "") -> dict | None:
-    """One row of `qkv models`, or None when the folder is not a usable checkpoint."""
-    if not ((folder / WEIGHTS).is_file() or (folder / INDEX).is_file()):
+    top, _, sub = spec.replace("-", "_").partition("/")
+    if not top.isidentifier():
         return None
     try:
-        config: ModelConfig = read_config(folder, name)
-    except QkvError as exc:
-        return {
-            "name": name,
-            "path": str(folder),
-            "source": source,
-            "package": package,
-            "family": "?",
-            "layers": None,
-            "heads": None,
-            "d": None,
-            "vocab_size": None,
-            "size_bytes": _size_on_disk(folder),
-            "error": str(exc),
-        }
-    return {
-        "name": name,
-        "path": str(folder),
-        "source": source,
-        "package": package,
-        "family": config.family,
-        "layers": config.n_layers,
-        "heads": config.n_heads,
-        "d": config.d,
-        "vocab_size": config.vocab_size,
-        "size_bytes": _size_on_disk(folder),
-        "error": None,
-    }
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.submodule_search_locations:
+        return None
+    for base in (Path(p) for p in found.submodule_search_locations):
+        for candidate in shipped_models(base):
+            if not sub or candidate.name == sub or candidate.stem == sub:
+                return candidate
+    return None
 
 
-def _cache_models() -> list[dict]:
-    root = hub_cache()
-    rows = []
-    if not root.is_dir():
-        return rows
-    for repo in sorted(root.glob("models--*")):
-        repo_id = repo.name[len("models--") :].replace("--", "/")
-        snap = _cache_snapshot(repo_id)
-        if snap is not None:
-            row = _describe(snap, repo_id, "hf-cache")
-            if row is not None:
-                rows.append(row)
-    return rows
-
-
-def _package_models() -> list[dict]:
-    """Checkpoints shipped inside installed packages: <site-packages>/<pkg>/config.json or <pkg>/<sub>/config.json
-    next to model.safetensors. Only directory listings: nothing is imported."""
-    rows, seen = [], set()
-    for entry in sys.path:
-        base = Path(entry or ".")
-        if not base.is_dir() or not ("site-packages" in base.parts or "dist-packages" in base.parts):
-            continue
+def shipped_models(pkg: Path) -> list[Path]:
+    """Model folders and .gguf files inside a package folder and its immediate subfolders."""
+    out = []
+    for folder in [pkg, *_subdirs(pkg)]:
+        if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
+            out.append(folder)
         try:
-            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
+            out += sorted(p for p in folder.glob("*.gguf") if p.is_file())
         except OSError:
-            continue
-        for pkg in packages:
-            candidates = [pkg, *(c for c in _subdirs(pkg))]
-            for folder in candidates:
-                if (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file():
-                    key = folder.resolve()
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                    row = _describe(
-                        folder, pkg.name if folder == pkg else f"{pkg.name}/{folder.name}", "package", package=pkg.name
-                    )
-                    if row is not None:
-                        rows.append(row)
-    return rows
+            pass
+    return out
 
 
 def _subdirs(pkg: Path):
@@ -235,11 +204,3 @@ def _subdirs(pkg: Path):
         return [c for c in pkg.iterdir() if c.is_dir() and not c.name.startswith((".", "__"))]
     except OSError:
         return []
-
-
-def find_models() -> list[dict]:
-    """Checkpoints qkv can load: the Hugging Face cache and installed packages that ship one.
-
-    Each row: name, path, source ("hf-cache" or "package"), package, family, layers, heads, d, vocab_size,
-    size_bytes, error (None, or why the config could not be read)."""
-    return _cache_models() + _package_models()

@@ -144,6 +144,10 @@ def layer_type(c: ModelConfig, layer: int) -> str:
     return ""
 
 
+def layer_extras(p, c: ModelConfig, layer: int, m: int, dtype) -> dict:  # no RoPE, no QK-norm
+    return {}
+
+
 def hooks(c: ModelConfig, layer: int) -> Hooks:  # the scale: 1/sqrt(d_k), optionally / (layer + 1)
     s = 1 / math.sqrt(c.d_k) if c.scale_attn_weights else 1.0
     return Hooks(scale=s / (layer + 1) if c.scale_by_layer else s)

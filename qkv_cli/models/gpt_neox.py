@@ -8,6 +8,7 @@ from qkv_cli.models import decoder, decoder_config
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "gpt_neox"
 PREFIXES = ("gpt_neox.", "")
+HEAD = "embed_out.weight"
 
 
 def read_config(keys) -> dict:

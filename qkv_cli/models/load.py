@@ -1,37 +1,69 @@
-"""Load a checkpoint folder: its config through the family registry, its tensors checked, its weights prepared."""
+"""Load a checkpoint: a Hugging Face folder (config.json, safetensors, tokenizer.json) or a GGUF file (llama.cpp),
+its config read through the family registry, its tensors checked before any value is read, its weights prepared."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import read_config
-from qkv_cli.models.find import check_folder, display_name
+from qkv_cli.models.config import config_from_dict, read_config
+from qkv_cli.models.find import check_folder, display_name, is_gguf
 from qkv_cli.models.registry import family_for
 from qkv_cli.models.weights import Tensors, check_weights, read_weights
 
+HINT = "--dtype float32, or a smaller model"
+
 
 def load_model(path, dtype="float32", name: str = "", max_memory: int | None = None):
-    """Load the checkpoint in folder `path` for the NumPy forward pass, weights cast once to `dtype`.
+    """Load the checkpoint at `path` (a folder or a .gguf file) for the NumPy forward pass, weights cast once to
+    `dtype`. max_memory: refuse, before any value is read, a model whose weights in `dtype` would not fit."""
+    if str(dtype) not in ("float32", "float64"):
+        raise QkvError(f"dtype {dtype!r} is not supported: use float32 or float64")
+    path = Path(path)
+    if is_gguf(path):
+        return _load_gguf(path, str(dtype), name or path.stem, max_memory)
+    check_folder(path)
+    name = name or display_name(path)
+    config = read_config(path, name)
+    return _build(config, read_weights(path), path, str(dtype), name, max_memory, "config.json")
 
-    max_memory: refuse, before any value is read, a model whose weights in `dtype` would not fit."""
+
+def _load_gguf(path: Path, dtype: str, name: str, max_memory):
+    from qkv_cli.models.gguf import read_gguf
+    from qkv_cli.models.gguf_map import config_dict, hf_tensors
+
+    gguf = read_gguf(path)
+    raw = config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'")
+    config = config_from_dict(raw, name)
+    tensors = hf_tensors(gguf.metadata, gguf.tensors, raw)
+
+    def tokenizer():
+        from qkv_cli.text.gguf_vocab import tokenizer_from_gguf
+
+        return tokenizer_from_gguf(gguf.metadata)
+
+    model = _build(config, tensors, path, dtype, name, max_memory, "GGUF metadata", tokenizer)
+    model.metadata = gguf.metadata
+    return model
+
+
+def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, source: str, tokenizer=None):
     import numpy as np
 
     from qkv_cli.models.model import Model
 
-    if str(dtype) not in ("float32", "float64"):
-        raise QkvError(f"dtype {dtype!r} is not supported: use float32 or float64")
-    folder = Path(path)
-    check_folder(folder)
-    name = name or display_name(folder)
-    config = read_config(folder, name)
     family = family_for(config.family)
-    tensors = check_weights(read_weights(folder), family.tensor_shapes(config), family.PREFIXES, name)
-    weights = Tensors(tensors, np.dtype(str(dtype)), name)
+    tensors = check_weights(stored, family.tensor_shapes(config), family.PREFIXES, name, source)
+    head = getattr(family, "HEAD", None)
+    if head is not None and not config.opt("tie_embeddings") and head in stored:
+        if tuple(stored[head].shape) != (config.vocab_size, config.d):
+            raise QkvError(f"{name}: tensor '{head}' has shape {stored[head].shape}, expected "
+                           f"({config.vocab_size}, {config.d}) from its {source}")  # fmt: skip
+        tensors["__head__"] = stored[head]
+    weights = Tensors(tensors, np.dtype(dtype), name)
     if max_memory is not None:
         from qkv_cli.core.budget import check_budget
 
-        check_budget(weights.nbytes(np.dtype(str(dtype)).itemsize), max_memory,
-                     "--dtype float32, or a smaller model", what=f"{name}'s weights")  # fmt: skip
-    params = family.prepare(weights, config, np.dtype(str(dtype)))
-    return Model(config, folder, str(dtype), params, name=name)
+        check_budget(weights.nbytes(np.dtype(dtype).itemsize), max_memory, HINT, what=f"{name}'s weights")
+    params = family.prepare(weights, config, np.dtype(dtype))
+    return Model(config, path, dtype, params, name=name, tokenizer=tokenizer)

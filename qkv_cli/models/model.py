@@ -60,13 +60,16 @@ class Model:
     """A checkpoint loaded for the NumPy forward pass: config, prepared weights, tokenizer (loaded on first use)."""
 
     def __init__(self, config: ModelConfig, path: Path, dtype, params, name: str = "", tokenizer=None):
+        """tokenizer: None (the folder's tokenizer.json) or a function that builds it (a GGUF file's vocabulary)."""
         self.config = config
         self.path = Path(path)
         self.dtype = np.dtype(dtype)
         self.params = params
         self.name = name or config.name or self.path.name
         self.family = family_for(config.family)
-        self._tokenizer = tokenizer
+        self.metadata: dict = {}  # a GGUF file's metadata (chat template, special tokens ...)
+        self._make_tokenizer = tokenizer
+        self._tokenizer = None
 
     def __repr__(self) -> str:
         c = self.config
@@ -74,6 +77,8 @@ class Model:
 
     @property
     def tokenizer(self):
+        if self._tokenizer is None and self._make_tokenizer is not None:
+            self._tokenizer = self._make_tokenizer()
         if self._tokenizer is None:
             from qkv_cli.text.tokens import load_tokenizer
 
@@ -172,13 +177,14 @@ class Model:
         scale, softcap = hooks.scale, hooks.softcap
         w = self.layer_weights(l)
         m = parts.H.shape[0]
+        extras = self.family.layer_extras(self.params, self.config, l, m, self.dtype)
         return Result(
             kind=Kind.LAYER, tokens=tokens, scale=scale, kernel=kernel, softcap=softcap, H=parts.H, Wq=w["Wq"],
             Wk=w["Wk"], Wv=w["Wv"], Q=parts.Q, K=parts.K, V=parts.V,
             scores=scaled_scores(parts.Q, parts.K[kv_index(parts)], scale, softcap),
             mask=np.zeros((m, m), dtype=parts.H.dtype) if mask is None else mask, weights=parts.weights,
             heads=parts.heads, Wo=w["Wo"], output=parts.output, rules=spec, bq=w["bq"], bk=w["bk"], bv=w["bv"],
-            bo=w["bo"], Q_pre_rope=parts.Q_pre_rope, K_pre_rope=parts.K_pre_rope, model=self.info(l),
+            bo=w["bo"], Q_pre_rope=parts.Q_pre_rope, K_pre_rope=parts.K_pre_rope, model=self.info(l), **extras,
         )  # fmt: skip
 
 

@@ -1,4 +1,4 @@
-"""Rotary position embedding (RoPE) in the Hugging Face convention, with its scaling types.
+"""Rotary position embedding (RoPE) frequencies in the Hugging Face convention, with their scaling types.
 
 Position p turns each pair of a head's first `rot` dimensions by the angle p * theta_k, theta_k = inv_freq[k]:
 
@@ -6,9 +6,9 @@ Position p turns each pair of a head's first `rot` dimensions by the angle p * t
     cos, sin = cos(p inv_freq), sin(p inv_freq), each repeated twice: [theta_0 .. theta_{rot/2-1}, theta_0 ..]
     rope(x) = x * cos + rotate_half(x) * sin,    rotate_half([x1, x2]) = [-x2, x1]      (halves, not pairs)
 
-so dimension k is paired with dimension k + rot/2. The dimensions after `rot` (partial rotary, GPT-NeoX) pass
-through. In float32 every step runs in float32 as transformers does (its frequencies are float32 even for a
-float64 model); in float64 every step is float64.
+so dimension k is paired with dimension k + rot/2 (the rotation itself is core/rope.py). The dimensions after `rot`
+(partial rotary, GPT-NeoX) pass through. In float32 every step runs in float32 as transformers does; in float64
+every step is float64.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qkv_cli.core import rope as formula
 from qkv_cli.errors import QkvError
 
 KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
@@ -107,23 +108,7 @@ def _yarn(rope: Rope, dt):  # YaRN: interpolation ramped in by dimension, and a 
 
 def cos_sin(rope: Rope, m: int, dtype=np.float64):  # -> cos, sin [m, rot] for positions 0..m-1
     freq, scaling = inv_freq(rope, m, dtype)
-    angles = np.arange(m, dtype=dtype)[:, None] * freq[None, :]  # (m, 1) x (1, rot/2) -> (m, rot/2)
-    angles = np.concatenate([angles, angles], axis=1)  # [theta_0 .. theta_{rot/2-1}] twice: (m, rot)
-    cos, sin = np.cos(angles), np.sin(angles)
-    if scaling != 1.0:
-        cos *= cos.dtype.type(scaling)
-        sin *= sin.dtype.type(scaling)
-    return cos, sin
+    return formula.cos_sin(freq, m, scaling, dtype)
 
 
-def rotate_half(x):  # [..., rot] -> [..., rot]: [x1, x2] -> [-x2, x1]
-    half = x.shape[-1] // 2
-    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-
-
-def apply(X, cos, sin):  # [h, m, dk], [m, rot], [m, rot] -> [h, m, dk]: RoPE on the first rot dims of every head
-    rot = cos.shape[-1]
-    turned = X[..., :rot] * cos + rotate_half(X[..., :rot]) * sin  # (h, m, rot) * (m, rot)
-    if rot == X.shape[-1]:
-        return turned
-    return np.concatenate([turned, X[..., rot:]], axis=-1)  # partial rotary: the rest passes through
+apply = formula.apply  # the rotation itself: core/rope.py

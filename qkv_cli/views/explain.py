@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+from qkv_cli.views.console import clean
+
 
 def vec(x, precision: int, limit: int | None = None) -> str:
     """[0.12 -0.50 1.02]; with `limit`, the first `limit` entries and "…" ([0.12 -0.50 …])."""
@@ -24,10 +26,11 @@ def _num(v, precision: int) -> str:
 
 
 def emit(result, head: int, query: int | None, precision: int, fmt: str) -> None:
-    from qkv_cli.views.trace import query_zoom, trace
+    from qkv_cli.views.trace import trace
+    from qkv_cli.views.zoom import query_zoom
 
     tr = trace(result, head)
-    zoom = None if query is None else query_zoom(tr, query, result.labels, result.scale)
+    zoom = None if query is None else query_zoom(tr, query, result)
     if fmt == "json":
         sys.stdout.write(json.dumps(as_json(result, tr, zoom), allow_nan=False) + "\n")
         return
@@ -77,31 +80,36 @@ def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
         table = _table(("t", "key", f"alpha_{i},t", "v_t", f"alpha_{i},t v_t"), ("key", "v_t", f"alpha_{i},t v_t"))
         for t in range(len(z["dot"])):
             table.add_row(
-                str(t), key_labels[t], _num(z["weights"][t], p + 2), vec(z["V"][t], p, cut), vec(z["terms"][t], p, cut)
+                str(t),
+                clean(key_labels[t]),
+                _num(z["weights"][t], p + 2),
+                vec(z["V"][t], p, cut),
+                vec(z["terms"][t], p, cut),
             )
         table.add_row("", "sum", "", "", vec(z["output"], p, cut))
         return table
 
     cut = _widest(terms_table, dk, out)  # d_k = 32 (a checkpoint) does not fit in 100 columns: show a prefix
     out.print()
-    out.print(f"Query i={i} ({z['token']!r}): Att(q_{i}, K, V) = Softmax(q_{i} K^T * scale + Mask_{i}) V", style="bold")
+    out.print(
+        f"Query i={i} ({clean(repr(z['token']))}): Att(q_{i}, K, V) = Softmax(q_{i} K^T * scale + Mask_{i}) V",
+        style="bold",
+    )
     out.print(f"q_{i} = row {i} of Q^[{j}] = {vec(z['q'], p, cut)}", overflow="fold")
     if cut < dk:
         out.print(f"(vectors show their first {cut} of d_k={dk} entries, then …; --format json shows all)")
+    if "rope" in z:
+        rope_view(out, z["rope"], j, g, p)
     out.print(f"scale = {z['scale']:.4g}")
-    names = ("t", "key", f"q_{i} . k_t", "* scale", f"+ Mask_{i},t", "= s_t", "exp(s_t - max)", f"alpha_{i},t")
+    capped = "capped" in z
+    names = ("t", "key", f"q_{i} . k_t", "* scale", *(("tanh(s/c) c",) if capped else ()), f"+ Mask_{i},t", "= s_t",
+             "exp(s_t - max)", f"alpha_{i},t")  # fmt: skip
     scores = _table(names, ("key",))
     for t in range(len(z["dot"])):
-        scores.add_row(
-            str(t),
-            key_labels[t],
-            _num(z["dot"][t], p + 2),
-            _num(z["scaled"][t], p + 2),
-            _num(z["mask"][t], 0),
-            _num(z["score"][t], p + 2),
-            _num(z["exp"][t], p + 2),
-            _num(z["weights"][t], p + 2),
-        )
+        cap = (_num(z["capped"][t], p + 2),) if capped else ()
+        scores.add_row(str(t), clean(key_labels[t]), _num(z["dot"][t], p + 2), _num(z["scaled"][t], p + 2), *cap,
+                       _num(z["mask"][t], 0), _num(z["score"][t], p + 2), _num(z["exp"][t], p + 2),
+                       _num(z["weights"][t], p + 2))  # fmt: skip
     out.print(_narrowed(scores, out))
     out.print(
         f"max s_t = {z['max']:.{p + 2}f};  sum_t exp(s_t - max) = {z['sum']:.{p + 2}f};  "
@@ -110,6 +118,21 @@ def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
     out.print()
     out.print(f"head_{j} row {i} = sum_t alpha_{i},t v_t  (v_t = row t of V^[{g}])", style="bold")
     out.print(_narrowed(terms_table(cut), out))
+
+
+def rope_view(out, r: dict, j: int, g: int, p: int) -> None:
+    """q_i and k_i before and after RoPE, and the angle i * theta_k of each pair (k, k + rot/2)."""
+    i = r["position"]
+    out.print(f"RoPE at position {i}: pair (k, k+{len(r['theta'])}) of q_{i} (head {j}) and k_{i} (kv head {g}) "
+              f"turns by the angle {i} * theta_k", style="bold")  # fmt: skip
+    table = _table(("pair", "theta_k", "angle", "q before", "q after", "k before", "k after"), ("pair",))
+    for k, (a, b) in enumerate(r["pairs"]):
+        table.add_row(f"{a},{b}", f"{r['theta'][k]:.4g}", f"{r['angle'][k]:.4f}",
+                      *(f"{x[a]:.{p}f},{x[b]:.{p}f}" for x in (r["q_before"], r["q_after"], r["k_before"],
+                                                               r["k_after"])))  # fmt: skip
+    out.print(_narrowed(table, out))
+    if r["scaling"] != 1.0:
+        out.print(f"cos and sin are scaled by {r['scaling']:.4g} (YaRN)")
 
 
 def _table(names, left):
@@ -170,5 +193,12 @@ def as_json(result, tr, zoom) -> dict:
     if result.is_cross:
         doc["context_tokens"] = result.key_labels
     if zoom is not None:
-        doc["query"] = {k: (nan_to_null(jsonable(v)) if isinstance(v, np.ndarray) else v) for k, v in zoom.items()}
+        doc["query"] = plain(zoom, jsonable, nan_to_null)
     return doc
+
+
+def plain(obj, jsonable, nan_to_null):
+    """Arrays in a (nested) dict as JSON lists."""
+    if isinstance(obj, dict):
+        return {k: plain(v, jsonable, nan_to_null) for k, v in obj.items()}
+    return nan_to_null(jsonable(obj)) if isinstance(obj, np.ndarray) else obj

@@ -133,3 +133,23 @@ def test_every_rope_family_in_the_registry_has_a_case():
     from qkv_cli.models import FAMILIES
 
     assert {model_type for model_type, _ in CASES.values()} == set(FAMILIES) - {"bert", "gpt2"}
+
+
+@pytest.mark.parametrize("name", ["qwen3", "olmo2", "gemma2", "gpt_neox", "llama-yarn"])
+def test_explain_recomputes_the_run(name, built):
+    """explain redoes QK-norm, RoPE and soft-capping with the plain formulas: the same Q, K and weights as run."""
+    folder, _ = built(name)
+    text, head = "the cat sat on the mat because it was warm", 1
+    common = [text, "--model", str(folder), "--layer", "1", "--format", "json"]
+    run = json.loads(CliRunner().invoke(app, ["run", *common, "--show", "q,k,weights", "--head", str(head)]).stdout)
+    r = CliRunner().invoke(app, ["explain", *common, "--head", str(head), "--query", "5"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    layer = run["layers"]["1"]
+    np.testing.assert_allclose(doc["steps"]["Q"]["matrix"], layer["Q"][0], atol=1e-9)
+    np.testing.assert_allclose(doc["steps"]["K"]["matrix"], layer["K"][doc["kv_head"]], atol=1e-9)
+    np.testing.assert_allclose(doc["steps"]["weights"]["matrix"], layer["weights"][0], atol=1e-9)
+    rope = doc["query"]["rope"]
+    np.testing.assert_allclose(rope["angle"], 5 * np.array(rope["theta"]))
+    assert ("Q_projected" in doc["steps"]) == (name in ("qwen3", "olmo2"))
+    assert ("scores_uncapped" in doc["steps"]) == (name == "gemma2")

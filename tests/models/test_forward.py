@@ -214,6 +214,8 @@ def test_models_shipped_in_packages(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "path", [str(site)])
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     rows = find_models()
-    assert [(r["name"], r["source"], r["family"]) for r in rows] == [("some_model_pkg/model", "package", "gpt2")]
+    assert [(r["name"], r["source"], r["family"]) for r in rows] == [
+        ("some_model_pkg", "package", "gpt2")
+    ]  # one model: the package name
     for spec in ("some_model_pkg", "some-model-pkg", "some_model_pkg/model"):
         assert resolve_model(spec) == site / "some_model_pkg" / "model"

@@ -10,7 +10,8 @@ from qkv_cli.cli import app
 from qkv_cli.core.numerics import softmax as softmax_rows
 from qkv_cli.core.settings import Settings
 from qkv_cli.pipeline.dense import run
-from qkv_cli.views.trace import query_zoom, trace
+from qkv_cli.views.trace import trace
+from qkv_cli.views.zoom import query_zoom
 
 runner = CliRunner()
 
@@ -109,7 +110,7 @@ def test_trace_core_matches_pipeline_and_concat_holds_every_head():
 def test_query_zoom_adds_up():
     res = run("the cat sat on it", Settings(d=8, tau=2, window=2))
     tr = trace(res, 1)
-    z = query_zoom(tr, 3, res.labels, res.scale)
+    z = query_zoom(tr, 3, res)
     np.testing.assert_allclose(z["dot"], res.Q[1, 3] @ res.K[1].T, atol=1e-12)
     np.testing.assert_allclose(z["weights"], res.weights[1, 3], atol=1e-12)
     np.testing.assert_allclose(z["terms"].sum(axis=0), res.heads[1, 3], atol=1e-12)

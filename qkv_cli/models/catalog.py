@@ -1,0 +1,106 @@
+"""`qkv models`: the checkpoints qkv can find, in the Hugging Face cache and in installed packages.
+
+Each is described from its config.json or GGUF header only. One bad entry (a broken config, a hostile ref, an
+unreadable file) is listed with its error; it never stops the listing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models.find import _cache_snapshot, hub_cache, is_gguf, shipped_models
+from qkv_cli.models.weights import INDEX, WEIGHTS
+
+FIELDS = ("name", "path", "source", "package", "family", "layers", "heads", "kv_heads", "d", "vocab_size",
+          "size_bytes", "error")  # fmt: skip
+
+
+def _size_on_disk(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    total = 0
+    for p in path.iterdir():
+        try:
+            if p.is_file():
+                total += p.stat().st_size  # follows the hub cache's symlinks to the blobs
+        except OSError:
+            pass
+    return total
+
+
+def config_of(path: Path, name: str):
+    """The ModelConfig of a folder's config.json or of a GGUF file's metadata (no weights are read)."""
+    from qkv_cli.models.config import config_from_dict, read_config
+
+    if not is_gguf(path):
+        return read_config(path, name)
+    from qkv_cli.models.gguf import read_gguf
+    from qkv_cli.models.gguf_map import config_dict
+
+    gguf = read_gguf(path)
+    return config_from_dict(config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'"), name)
+
+
+def describe(path: Path, name: str, source: str, package: str = "") -> dict | None:
+    """One row of `qkv models`, or None when the folder holds no weights at all."""
+    if path.is_dir() and not ((path / WEIGHTS).is_file() or (path / INDEX).is_file()):
+        return None
+    row = dict.fromkeys(FIELDS) | {"name": name, "path": str(path), "source": source, "package": package}
+    try:
+        row["size_bytes"] = _size_on_disk(path)
+        c = config_of(path, name)
+    except (QkvError, OSError, RecursionError, ValueError) as exc:
+        return row | {"family": "?", "error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+    return row | {"family": c.family, "layers": c.n_layers, "heads": c.n_heads, "kv_heads": c.n_kv_heads, "d": c.d,
+                  "vocab_size": c.vocab_size}  # fmt: skip
+
+
+def cache_models() -> list[dict]:
+    root = hub_cache()
+    rows = []
+    try:
+        repos = sorted(root.glob("models--*")) if root.is_dir() else []
+    except OSError:
+        return rows
+    for repo in repos:
+        repo_id = repo.name[len("models--") :].replace("--", "/")
+        try:
+            snap = _cache_snapshot(repo_id)
+        except OSError:
+            snap = None
+        if snap is not None and (row := describe(snap, repo_id, "hf-cache")) is not None:
+            rows.append(row)
+    return rows
+
+
+def package_models() -> list[dict]:
+    """Checkpoints shipped inside installed packages (folders or .gguf files); only directory listings."""
+    rows, seen = [], set()
+    for entry in sys.path:
+        base = Path(entry or ".")
+        if not ("site-packages" in base.parts or "dist-packages" in base.parts) or not base.is_dir():
+            continue
+        try:
+            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
+        except OSError:
+            continue
+        for pkg in packages:
+            found = shipped_models(pkg)
+            for path in found:
+                if path.resolve() in seen:
+                    continue
+                seen.add(path.resolve())
+                name = pkg.name if path == pkg or len(found) == 1 else f"{pkg.name}/{path.name}"
+                if (row := describe(path, name, "package", package=pkg.name)) is not None:
+                    rows.append(row)
+    return rows
+
+
+def find_models() -> list[dict]:
+    """Checkpoints qkv can load: the Hugging Face cache and installed packages that ship one.
+
+    Each row: name, path, source ("hf-cache" or "package"), package, family, layers, heads, kv_heads, d,
+    vocab_size, size_bytes, error (None, or why the checkpoint could not be described)."""
+    return cache_models() + package_models()

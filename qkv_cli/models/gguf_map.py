@@ -1,0 +1,117 @@
+"""A GGUF file (llama.cpp) as a Hugging Face checkpoint: its metadata as config.json keys, its tensors under
+Hugging Face names, as transformers' own GGUF loader maps them.
+
+Two things llama.cpp's converter changed are undone here: the rows of attn_q and attn_k of `llama` files were
+permuted for ggml's rotary layout (pairs instead of halves), and Gemma's norm weights were stored as 1 + w.
+"""
+
+from __future__ import annotations
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models.weights import Tensor
+
+ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+                 "gemma3": "gemma3_text"}  # GGUF general.architecture -> model_type  # fmt: skip
+CONFIG_KEYS = {  # {arch}.<key> -> config.json key
+    "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
+    "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads", "attention.head_count_kv": "num_key_value_heads",
+    "rope.freq_base": "rope_theta", "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "vocab_size",
+    "attn_logit_softcapping": "attn_logit_softcapping", "final_logit_softcapping": "final_logit_softcapping",
+}  # fmt: skip
+LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is its pre_feedforward_layernorm)
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm", "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj", "post_attention_norm": "post_attention_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}  # fmt: skip
+GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def model_type(meta: dict, where: str) -> str:
+    arch = meta.get("general.architecture")
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
+        shown = arch if isinstance(arch, str) else type(arch).__name__
+        raise QkvError(
+            f"{where}: GGUF architecture {shown!r} is not supported: supported are {', '.join(ARCHITECTURES)}"
+        )
+    name = meta.get("general.name", "")
+    if arch == "llama" and isinstance(name, str) and "mistral" in name.lower():
+        return "mistral"  # llama.cpp writes Mistral models as llama (transformers does the same)
+    return ARCHITECTURES[arch]
+
+
+def config_dict(meta: dict, tensors: dict, where: str) -> dict:
+    """config.json keys from the GGUF metadata (and whether the output head is tied: no output.weight)."""
+    kind = model_type(meta, where)
+    arch = meta["general.architecture"]
+    raw = {"model_type": kind, "tie_word_embeddings": "output.weight" not in tensors}
+    for key, hf in CONFIG_KEYS.items():
+        if f"{arch}.{key}" in meta:
+            raw[hf] = meta[f"{arch}.{key}"]
+    if kind == "llama" and f"{arch}.rope.dimension_count" in meta:
+        raw["head_dim"] = meta[f"{arch}.rope.dimension_count"]
+    scaling = meta.get(f"{arch}.rope.scaling.type")
+    if scaling not in (None, "none"):
+        raw["rope_scaling"] = {"rope_type": scaling, "factor": meta.get(f"{arch}.rope.scaling.factor", 1.0)}
+        if f"{arch}.rope.scaling.original_context_length" in meta:
+            raw["rope_scaling"]["original_max_position_embeddings"] = meta[
+                f"{arch}.rope.scaling.original_context_length"
+            ]
+    if "rope_freqs.weight" in tensors:
+        raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs, Llama 3.1 scaling) are not supported yet")
+    if "vocab_size" not in raw and isinstance(meta.get("tokenizer.ggml.tokens"), list):
+        raw["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
+    if kind in ("qwen2", "qwen3") and "sliding_window" in raw:
+        raw["use_sliding_window"] = False  # llama.cpp keeps Qwen's window off, as transformers' default does
+    return raw
+
+
+def hf_name(name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor name, or None for one the forward pass does not use."""
+    stem, _, suffix = name.rpartition(".")
+    if stem in GLOBAL_NAMES:
+        return f"{GLOBAL_NAMES[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER_NAMES:
+        return f"model.layers.{int(parts[1])}.{LAYER_NAMES[parts[2]]}.{suffix}"
+    return None
+
+
+def unpermute(rows, n_head: int):  # [rows, ...] -> [rows, ...]: ggml's pair order back to halves, per head
+    dim = rows.shape[0] // n_head // 2
+    return rows.reshape(n_head, dim, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
+
+
+def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict[str, Tensor]:
+    """The tensors under Hugging Face names; reading one undoes the converter's changes (lazily, on read)."""
+    kind = raw_config["model_type"]
+    heads = {"attn_q": raw_config.get("num_attention_heads"), "attn_k": raw_config.get("num_key_value_heads")}
+    out: dict[str, Tensor] = {}
+    for name, t in tensors.items():
+        target = hf_name(name)
+        if target is None:
+            continue
+        if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
+            read = _shifted(t.read)
+        elif kind in ("llama", "mistral") and name.split(".")[-2] in heads:
+            n_head = heads[name.split(".")[-2]]
+            if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (2 * n_head):
+                raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not a whole number of pairs per head")
+            read = _unpermuted(t.read, n_head)
+        else:
+            read = t.read
+        if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
+            target = target.replace("post_attention_layernorm", "pre_feedforward_layernorm")
+        out[target] = Tensor(t.shape, t.kind, read, t.source)
+    return out
+
+
+def _shifted(read):
+    return lambda: read() - 1
+
+
+def _unpermuted(read, n_head):
+    return lambda: unpermute(read(), n_head)

@@ -1,0 +1,52 @@
+"""`qkv explain --query I`: one query's row of the formula, each number shown, and what RoPE did to it.
+
+    Att(q_i, K, V) = Softmax(q_i K^T * scale + Mask_i) V:  each q_i . k_t, the scale, the mask entry, exp(s - max),
+    the sum, the weights, and the head output as the weighted sum of the rows of V.
+With RoPE: q_i and k_i before and after the rotation, and the angle i * theta_k of each pair (k, k + rot/2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qkv_cli.core.numerics import softcap_
+from qkv_cli.errors import QkvError
+
+
+def query_zoom(tr, i: int, result) -> dict:
+    """Query i of the traced head: every number of its row (see the module docstring)."""
+    m = tr["Q"].matrix.shape[0]
+    if not 0 <= i < m:
+        raise QkvError(f"--query {i} does not exist: queries are numbered 0..{m - 1} (the text has {m} tokens)")
+    q = tr["Q"].matrix[i]
+    K, V = tr["K"].matrix, tr["V"].matrix
+    dots = K @ q  # q_i . k_t for every key t
+    scaled = dots * result.scale
+    capped = softcap_(scaled.copy(), result.softcap)
+    mask = tr["mask"].matrix[i]
+    score = capped + mask
+    finite = score[np.isfinite(score)]
+    top = float(finite.max()) if finite.size else 0.0
+    e = np.where(np.isfinite(score), np.exp(np.where(np.isfinite(score), score, 0.0) - top), 0.0)
+    total = float(e.sum())
+    alpha = e / total if total > 0 else np.zeros_like(e)
+    terms = alpha[:, None] * V  # alpha_t v_t, one row per key
+    out = {"query": i, "token": result.labels[i], "q": q, "scale": result.scale, "dot": dots, "scaled": scaled,
+           "mask": mask, "score": score, "max": top, "exp": e, "sum": total, "weights": alpha, "V": V,
+           "terms": terms, "output": terms.sum(axis=0)}  # fmt: skip
+    if result.softcap:
+        out["capped"] = capped
+    if result.rope_freq is not None:
+        out["rope"] = rope_zoom(tr, i, result)
+    return out
+
+
+def rope_zoom(tr, i: int, result) -> dict:
+    """What RoPE does at position i: pair (k, k + rot/2) turns by the angle i * theta_k."""
+    p = tr.projections
+    theta = np.asarray(result.rope_freq, dtype=np.float64)
+    half = len(theta)
+    j, g = tr.head, tr.kv_head
+    return {"position": i, "pairs": [[k, k + half] for k in range(half)], "theta": theta, "angle": i * theta,
+            "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": p["Q"][j, i],
+            "k_before": p["K_pre_rope"][g, i], "k_after": p["K"][g, i]}  # fmt: skip
