@@ -35,22 +35,28 @@ class MaskSpec:
         return self.causal or self.window is not None
 
 
-def _causal(m, n, spec):  # V_<=i: key t after query i is removed
-    return np.arange(n)[None, :] > np.arange(m)[:, None]
+def _positions(m, n, offset):  # -> ([m, 1] query positions, [1, n] key positions)
+    return np.arange(offset, offset + m)[:, None], np.arange(n)[None, :]
 
 
-def _window(m, n, spec):  # V_[i-n_c+1, i]: key t older than the n_c most recent is removed
-    return np.arange(n)[None, :] <= np.arange(m)[:, None] - min(spec.window, m)  # n_c >= m removes nothing
+def _causal(m, n, spec, offset=0):  # V_<=i: key t after query i is removed
+    i, t = _positions(m, n, offset)
+    return t > i
 
 
-def _padding(m, n, spec):  # key t is a pad token
+def _window(m, n, spec, offset=0):  # V_[i-n_c+1, i]: key t older than the n_c most recent is removed
+    i, t = _positions(m, n, offset)
+    return t <= i - min(spec.window, offset + m)  # n_c beyond the text removes nothing (and cannot overflow)
+
+
+def _padding(m, n, spec, offset=0):  # key t is a pad token
     pad = np.asarray(spec.padding, dtype=bool)
     if pad.shape != (n,):
         raise QkvError(f"padding must mark each of the n={n} keys, got shape {pad.shape}")
     return np.broadcast_to(pad[None, :], (m, n))
 
 
-def _custom(m, n, spec):  # the --mask-file grid says no
+def _custom(m, n, spec, offset=0):  # the --mask-file grid says no
     check_shape(spec.custom, m, n)
     return ~np.asarray(spec.custom, dtype=bool)
 
@@ -62,7 +68,7 @@ class MaskRule:
     help: str  # what a removed cell means
     option: str  # the command-line option that turns it on
     active: Callable[[MaskSpec], bool]
-    removed: Callable[[int, int, MaskSpec], np.ndarray]  # (m, n) bool, True where the rule removes (i, t)
+    removed: Callable  # (m, n, spec, offset) -> (m, n) bool, True where the rule removes (i, t)
 
 
 RULES = {
@@ -78,10 +84,11 @@ RULES = {
 }  # fmt: skip
 
 
-def rule_grids(spec: MaskSpec, m: int, n: int | None = None) -> dict:  # -> {rule: [m, n] bool, True = removed}
-    """One boolean grid per active rule, in the order of RULES (the first one names a cell in `qkv mask`)."""
+def rule_grids(spec: MaskSpec, m: int, n: int | None = None, offset: int = 0) -> dict:  # -> {rule: [m, n] bool}
+    """One boolean grid per active rule (True = removed), in the order of RULES (the first names a cell in
+    `qkv mask`). offset: query i sits at position offset + i (the new tokens after a KV cache's)."""
     n = m if n is None else n
-    return {name: rule.removed(m, n, spec) for name, rule in RULES.items() if rule.active(spec)}
+    return {name: rule.removed(m, n, spec, offset) for name, rule in RULES.items() if rule.active(spec)}
 
 
 def allowed_grid(grids: dict, m: int, n: int):  # -> [m, n] bool: True = may attend (no rule removes it)
@@ -98,10 +105,10 @@ def allowed_to_additive(allowed, dtype=np.float64):  # [m, n] bool -> [m, n] 0 /
     return mask
 
 
-def additive(spec: MaskSpec, m: int, n: int | None = None, dtype=np.float64):  # -> [m, n] 0 / -inf, or None
-    """The additive Mask of the active rules; None when no rule is active (every query sees every key)."""
+def additive(spec: MaskSpec, m: int, n: int | None = None, dtype=np.float64, offset: int = 0):  # -> [m, n] or None
+    """The additive Mask of the active rules (0 / -inf); None when no rule is active (every query sees every key)."""
     n = m if n is None else n
-    grids = rule_grids(spec, m, n)
+    grids = rule_grids(spec, m, n, offset)
     return allowed_to_additive(allowed_grid(grids, m, n), dtype) if grids else None
 
 

@@ -21,6 +21,7 @@ class Kind(StrEnum):
     LAYER = "layer"  # one layer of a real checkpoint
     MODEL = "model"  # a checkpoint's forward pass: every layer's weights, LAYER results for the chosen layers
     BATCH = "batch"  # several sentences padded to one length, one DENSE result each
+    GENERATION = "generation"  # a decoder writing: per generated token, its probability and attention rows
 
 
 @dataclass
@@ -84,6 +85,15 @@ class Result:
     last_hidden_state: np.ndarray | None = None  # (m, d), after the final norm where the family has one
     layer_types: tuple[str, ...] = ()
     layer_rules: tuple = ()  # core.masks.MaskSpec of each layer (causal; a window on sliding layers)
+    # GENERATION: tokens = prompt + generated; step t wrote token prompt_len + t, reading positions 0 .. prompt_len+t-1
+    prompt_len: int = 0
+    step_ids: np.ndarray | None = None  # (steps,) the tokens written
+    step_probs: np.ndarray | None = None  # (steps,) the probability the model gave each one
+    step_top_ids: np.ndarray | None = None  # (steps, k) the k most probable tokens at each step
+    step_top_probs: np.ndarray | None = None  # (steps, k)
+    step_attentions: np.ndarray | None = None  # (steps, L, tau, n_max): the writing query's row, zeros past it
+    cache_bytes: int = 0  # what the KV cache held at the end
+    text: str = ""  # the generated text
     # BATCH: one padded DENSE result per sentence, and the same cut back to each sentence's own tokens
     padded: list = field(default_factory=list)
     items: list = field(default_factory=list)

@@ -12,13 +12,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def angles(inv_freq, m: int, dtype=np.float64):  # [rot/2] -> [m, rot]: p * theta for positions 0..m-1, twice
-    a = np.arange(m, dtype=dtype)[:, None] * np.asarray(inv_freq, dtype=dtype)[None, :]  # (m, 1) x (1, rot/2)
+def angles(inv_freq, m: int, dtype=np.float64, start: int = 0):  # [rot/2] -> [m, rot]: p * theta, twice
+    """The angle of every pair at positions p = start .. start + m - 1."""
+    p = np.arange(start, start + m, dtype=dtype)[:, None]
+    a = p * np.asarray(inv_freq, dtype=dtype)[None, :]  # (m, 1) x (1, rot/2)
     return np.concatenate([a, a], axis=1)
 
 
-def cos_sin(inv_freq, m: int, scaling: float = 1.0, dtype=np.float64):  # -> cos, sin [m, rot]
-    a = angles(inv_freq, m, dtype)
+def cos_sin(inv_freq, m: int, scaling: float = 1.0, dtype=np.float64, start: int = 0):  # -> cos, sin [m, rot]
+    a = angles(inv_freq, m, dtype, start)
     cos, sin = np.cos(a), np.sin(a)
     if scaling != 1.0:  # YaRN scales cos and sin
         cos *= cos.dtype.type(scaling)

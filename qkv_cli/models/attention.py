@@ -90,8 +90,11 @@ def project(H, w: AttentionWeights, hooks: Hooks):  # [m, d] -> Q [tau, m, dk], 
     return heads[:tau], heads[tau : tau + G], heads[tau + G :]
 
 
-def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel) -> Attended:  # [m, d] -> Attended
-    """Multi-head self-attention of one layer with the family's hooks; see the module docstring."""
+def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=None) -> Attended:  # [m, d] -> ..
+    """Multi-head self-attention of one layer with the family's hooks; see the module docstring.
+
+    cache: a models.cache.LayerCache holding the keys and values of earlier tokens: the m new tokens' K and V are
+    appended to it and their queries attend over every cached key (mask: m x all keys)."""
     m = H.shape[0]
     Q, K, V = project(H, w, hooks)
     if hooks.qk_norm is not None:
@@ -100,6 +103,8 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel) -> Attend
     if hooks.rotate is not None:
         Q_pre, K_pre = Q, K
         Q, K = hooks.rotate(Q), hooks.rotate(K)
+    if cache is not None:
+        K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
     heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap)
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)

@@ -149,7 +149,7 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     )
 
 
-def embed(params: Params, c: ModelConfig, ids, type_ids=None):  # [m] -> [m, d]
+def embed(params: Params, c: ModelConfig, ids, start: int = 0, type_ids=None):  # [m] -> [m, d]
     """x_0 = LN(E[ids] + P[0..m-1] + T[type_ids]); type_ids default to 0 (one sentence)."""
     m = len(ids)
     x = params.E[ids]  # (m, d), a new array
@@ -177,7 +177,7 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product atte
     return Hooks(scale=1 / math.sqrt(c.d_k))
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.ndarray, Attended]:  # [m, d] -> [m, d]
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0) -> tuple[np.ndarray, Attended]:
     """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
     b = p.blocks[layer]
     parts = self_attention(x, b.attn, hooks(c, layer), mask, kernel)  # H = x: the layer's input
@@ -191,3 +191,7 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.nd
 
 def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: BERT has no final LayerNorm
     return x
+
+
+def logits(p: Params, c: ModelConfig, h):  # an encoder: no output head that predicts the next token
+    return None

@@ -81,11 +81,11 @@ def rope_of(c: ModelConfig, layer: int) -> rope.Rope:
     return ropes.get(layer_type(c, layer), ropes[""])
 
 
-def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64) -> Hooks:
-    """The attention hooks of a layer: scale, RoPE at positions 0..m-1, QK-norm and soft-capping."""
+def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64, start: int = 0) -> Hooks:
+    """The attention hooks of a layer: scale, RoPE at positions start..start+m-1, QK-norm and soft-capping."""
     rotate = None
     if m:
-        cos, sin = rope.cos_sin(rope_of(c, layer), m, dtype)
+        cos, sin = rope.cos_sin(rope_of(c, layer), m, dtype, start)
         rotate = partial(rope.apply, cos=cos, sin=sin)
     norm_q = norm_k = None
     if blk is not None and "qnorm" in blk.norms:
@@ -167,19 +167,20 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     return Params(E, blocks, norm("final"), head)
 
 
-def embed(p: Params, c: ModelConfig, ids):  # [m] -> [m, d]
+def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)
     x = p.E[ids]  # (m, d), a new array
     if c.opt("embed_scale"):
         x *= x.dtype.type(c.opt("embed_scale"))  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
     return x
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel):  # [m, d] -> [m, d], Attended
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0):  # [m, d] -> [m, d], Attended
+    """One layer; with a KV cache, x holds the new tokens only (at positions start..) and the cache the others."""
     b = p.blocks[layer]
     n = b.norms
     act = ACTIVATIONS[c.activation]
     a_in = n["attn_in"](x) if "attn_in" in n else x
-    parts = self_attention(a_in, b.attn, hooks(c, layer, b, x.shape[0], x.dtype), mask, kernel)
+    parts = self_attention(a_in, b.attn, hooks(c, layer, b, x.shape[0], x.dtype, start), mask, kernel, cache)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
     if c.opt("parallel_residual"):  # GPT-NeoX: both branches read x
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
@@ -192,3 +193,15 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel):  # [m, d] -> 
 
 def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]
     return p.final(x)
+
+
+def logits(p: Params, c: ModelConfig, h):  # [m, d] after the final norm -> [m, V]
+    """h W_out^T: one score per vocabulary entry (Gemma 2 soft-caps them: tanh(z / c) c)."""
+    if p.head is None:
+        return None
+    z = h @ p.head().T  # (m, d) x (d, V) -> (m, V)
+    if c.opt("final_softcap"):
+        from qkv_cli.core.numerics import softcap_
+
+        softcap_(z, c.opt("final_softcap"))
+    return z

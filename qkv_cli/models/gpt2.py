@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
-from qkv_cli.models.attention import Attended, AttentionWeights, Hooks, self_attention
+from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig, Param, attention_params
 from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm
 
@@ -129,10 +129,10 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     return Params(E=v("wte.weight"), P=v("wpe.weight"), blocks=blocks, ln_f=(v("ln_f.weight"), v("ln_f.bias")))
 
 
-def embed(params: Params, c: ModelConfig, ids, type_ids=None):  # [m] -> [m, d]
-    """x_0 = E[ids] + P[0..m-1] (GPT-2 has no token types and no embedding LayerNorm)."""
+def embed(params: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d]
+    """x_0 = E[ids] + P[start..start+m-1] (GPT-2 has no token types and no embedding LayerNorm)."""
     x = params.E[ids]  # (m, d), a new array
-    x += params.P[: len(ids)]
+    x += params.P[start : start + len(ids)]
     return x
 
 
@@ -153,11 +153,11 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # the scale: 1/sqrt(d_k), optio
     return Hooks(scale=s / (layer + 1) if c.scale_by_layer else s)
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.ndarray, Attended]:  # [m, d] -> [m, d]
-    """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x'))."""
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0):  # [m, d] -> [m, d], ..
+    """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x')). With a KV cache, x holds the new tokens."""
     b = p.blocks[layer]
     H = layer_norm(x, *b.ln1, c.norm_eps)  # the attention's input
-    parts = self_attention(H, b.attn, hooks(c, layer), mask, kernel)
+    parts = self_attention(H, b.attn, hooks(c, layer), mask, kernel, cache)
     x = parts.output + x
     h = layer_norm(x, *b.ln2, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
@@ -168,3 +168,7 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel) -> tuple[np.nd
 
 def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: LN_f
     return layer_norm(x, *p.ln_f, c.norm_eps)
+
+
+def logits(p: Params, c: ModelConfig, h):  # [m, d] after LN_f -> [m, V]: the output head is E itself (tied)
+    return h @ p.E.T

@@ -14,6 +14,20 @@ from qkv_cli.models.weights import Tensors, check_weights, read_weights
 HINT = "--dtype float32, or a smaller model"
 
 
+def stored_tensors(path: Path, name: str = ""):
+    """(ModelConfig, every stored tensor under Hugging Face names) from the headers alone: no value is read."""
+    path = Path(path)
+    if is_gguf(path):
+        from qkv_cli.models.gguf import read_gguf
+        from qkv_cli.models.gguf_map import config_dict, hf_tensors
+
+        gguf = read_gguf(path)
+        raw = config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'")
+        return config_from_dict(raw, name or path.stem), hf_tensors(gguf.metadata, gguf.tensors, raw)
+    check_folder(path)
+    return read_config(path, name or display_name(path)), read_weights(path)
+
+
 def load_model(path, dtype="float32", name: str = "", max_memory: int | None = None):
     """Load the checkpoint at `path` (a folder or a .gguf file) for the NumPy forward pass, weights cast once to
     `dtype`. max_memory: refuse, before any value is read, a model whose weights in `dtype` would not fit."""

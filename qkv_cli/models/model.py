@@ -146,7 +146,7 @@ class Model:
             tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * m, ids=tuple(int(i) for i in ids))
         keep = set(select_layers(layers, c.n_layers))
         fam, p, dt = self.family, self.params, self.dtype
-        x = fam.embed(p, c, ids, type_ids) if type_ids is not None else fam.embed(p, c, ids)
+        x = fam.embed(p, c, ids, 0, type_ids) if type_ids is not None else fam.embed(p, c, ids)
         hidden = np.empty((c.n_layers + 1, m, c.d), dtype=dt)
         attentions = np.empty((c.n_layers, c.n_heads, m, m), dtype=dt)
         hidden[0] = x

@@ -106,9 +106,10 @@ def _yarn(rope: Rope, dt):  # YaRN: interpolation ramped in by dimension, and a 
     return interpolation * (1 - keep) + extrapolation * keep, float(scaling)
 
 
-def cos_sin(rope: Rope, m: int, dtype=np.float64):  # -> cos, sin [m, rot] for positions 0..m-1
-    freq, scaling = inv_freq(rope, m, dtype)
-    return formula.cos_sin(freq, m, scaling, dtype)
+def cos_sin(rope: Rope, m: int, dtype=np.float64, start: int = 0):  # -> cos, sin [m, rot]: positions start..
+    """cos and sin for positions start .. start + m - 1 (a KV cache's new tokens start after the cached ones)."""
+    freq, scaling = inv_freq(rope, start + m, dtype)
+    return formula.cos_sin(freq, m, scaling, dtype, start)
 
 
 apply = formula.apply  # the rotation itself: core/rope.py

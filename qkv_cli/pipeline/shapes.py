@@ -23,6 +23,7 @@ class Shapes:
     mats: list[Matrix]
     model: object = None  # models.config.ModelConfig
     params: list = field(default_factory=list)  # models.config.Param, for a checkpoint
+    file_params: int = 0  # parameters stored in the checkpoint's files (counted from their headers)
 
 
 def count_tokens(text: str, tokenizer: str) -> int:
@@ -43,14 +44,18 @@ def for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads=None, context=None)
 
 
 def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
-    """A checkpoint's real dimensions and parameters per matrix (config.json only, no weights)."""
-    from qkv_cli.models import display_name, family_for, read_config, resolve_model
+    """A checkpoint's real dimensions and parameters per matrix, from its config and its files' headers only."""
+    import math
+
+    from qkv_cli.models import family_for, resolve_model
+    from qkv_cli.models.load import stored_tensors
+    from qkv_cli.models.weights import SKIP
 
     if text is not None:
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
-    folder = resolve_model(spec, download=download)
-    c = read_config(folder, display_name(folder))  # the name `qkv run --model` shows, not 'model'
+    c, stored = stored_tensors(resolve_model(spec, download=download))
     m = 30 if m is None else m
     kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None
     mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k)
-    return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c))
+    counted = sum(math.prod(t.shape) for name, t in stored.items() if t.is_float and not name.endswith(SKIP))
+    return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)

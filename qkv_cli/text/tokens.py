@@ -17,7 +17,7 @@ from qkv_cli.errors import QkvError
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer
 
-__all__ = ["BPE_PATH", "TOKENIZER_NAMES", "WORD_PATTERN", "Tokens", "encode", "load_tokenizer", "tokenize"]
+__all__ = ["BPE_PATH", "TOKENIZER_NAMES", "WORD_PATTERN", "Tokens", "encode", "label_of", "load_tokenizer", "tokenize"]
 
 TOKENIZER_NAMES = ("word", "bpe")
 BPE_PATH = Path(__file__).parent / "data" / "bpe_tokenizer.json"
@@ -107,6 +107,11 @@ def encode(tok: Tokenizer, text: str, add_special_tokens: bool = False) -> Token
         offsets=offsets,
         ids=tuple(int(i) for i in enc.ids),
     )
+
+
+def label_of(tok: Tokenizer, token: str) -> str:
+    """The display label of one vocabulary entry of `tok` (as `encode` labels it, without the text it covers)."""
+    return _label(token, _is_byte_level(tok))
 
 
 # --- the word tokenizer -------------------------------------------------------------------------------

@@ -98,7 +98,9 @@ def emit_model(sh, fmt: str) -> None:
         doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims
         doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
         doc["total_parameters"] = total
+        doc["file_parameters"] = sh.file_params
         doc["kv_cache_bytes_per_token"] = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+        doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
         print(json.dumps(doc))
         return
     from rich import box
@@ -119,6 +121,12 @@ def emit_model(sh, fmt: str) -> None:
                                           f"{p.params:,}")))  # fmt: skip
     table.add_row(Text("total"), Text(""), Text(""), Text(""), Text(f"{total:,}"))
     console.print(table)
+    unused = f"; {sh.file_params - total:,} more are stored but unused here" if sh.file_params > total else ""
+    console.print(Text(f"counted from the file: {sh.file_params:,} parameters{unused}"))
+    per_token = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+    sizes = f"L={c.n_layers} x G={c.n_kv_heads} x d_k={c.d_k} x {ITEMSIZE[dtype]} bytes"
+    console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token; {m * per_token:,} bytes for "
+                       f"m={m} tokens"))  # fmt: skip
     emit_sizes(sh, "table")
 
 

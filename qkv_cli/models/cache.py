@@ -1,0 +1,83 @@
+"""A KV cache in NumPy: the keys and values of every token seen so far, per layer, so that a new token costs one
+query row against them -- O(n) per step instead of recomputing the whole O(n^2) forward pass.
+
+    step t:  x_t -> for each layer: q_t, k_t, v_t (RoPE at position t);  K_l <- [K_l; k_t], V_l <- [V_l; v_t]
+             alpha_t = Softmax(q_t K_l^T * scale + Mask_t)   (causal; the window on sliding layers)
+
+The cache holds K after RoPE (what the scores use), (G, n, d_k) per layer: 2 L G d_k numbers per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_cli.core import masks
+from qkv_cli.errors import QkvError
+
+
+class LayerCache:
+    """One layer's keys and values, preallocated for `capacity` tokens."""
+
+    def __init__(self, G: int, capacity: int, d_k: int, dtype):
+        self.K = np.empty((G, capacity, d_k), dtype=dtype)
+        self.V = np.empty((G, capacity, d_k), dtype=dtype)
+        self.length = 0
+
+    def append(self, K, V):  # [G, m, dk] new keys and values -> every key and value so far (views)
+        start, end = self.length, self.length + K.shape[1]
+        if end > self.K.shape[1]:
+            raise QkvError(f"the KV cache holds {self.K.shape[1]} tokens: no room for {end}")
+        self.K[:, start:end], self.V[:, start:end] = K, V
+        self.length = end
+        return self.K[:, :end], self.V[:, :end]
+
+
+@dataclass
+class Step:
+    """What one call of `step` computed for its new tokens."""
+
+    hidden: np.ndarray  # (m, d) after the final norm
+    logits: np.ndarray | None  # (m, V), None for an encoder
+    attentions: list  # per layer (tau, m, n): each new token's weights over every token so far
+
+
+class KVCache:
+    def __init__(self, model, capacity: int):
+        c = model.config
+        self.capacity = capacity
+        self.layers = [LayerCache(c.n_kv_heads, capacity, c.d_k, model.dtype) for _ in range(c.n_layers)]
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the filled part holds (K and V, every layer)."""
+        return sum(2 * lc.K[:, : lc.length].nbytes for lc in self.layers)
+
+
+def bytes_needed(config, capacity: int, itemsize: int) -> int:
+    return 2 * config.n_layers * config.n_kv_heads * capacity * config.d_k * itemsize
+
+
+def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
+    """Run the new tokens `ids` (positions cache.length ..) through every layer, appending to the cache."""
+    from qkv_cli.models.model import check_finite
+
+    c, fam, p = model.config, model.family, model.params
+    ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+    start, m = cache.length, ids.size
+    if start + m > c.max_positions:
+        raise QkvError(f"{start + m} tokens is more than {model.name} accepts ({c.max_positions}, {c.positions_key})")
+    x = fam.embed(p, c, ids, start)
+    rows = []
+    for layer in range(c.n_layers):
+        mask = masks.additive(fam.layer_mask(c, layer), m, start + m, model.dtype, offset=start)
+        x, parts = fam.block(p, c, layer, x, mask, kernel, cache.layers[layer], start)
+        check_finite(x, layer, model.name)
+        rows.append(parts.weights)
+    h = fam.final(p, c, x)
+    return Step(h, fam.logits(p, c, h), rows)
