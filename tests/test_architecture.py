@@ -29,8 +29,8 @@ UI = {"typer", "click", "rich", "matplotlib"}
 THIRD_PARTY = {  # part -> third-party packages it may import
     "core": {"numpy", "threadpoolctl"},
     "text": {"numpy", "tokenizers"},
-    "models": {"numpy", "huggingface_hub", "jinja2"},
-    "pipeline": {"numpy"},
+    "models": {"numpy", "huggingface_hub"},
+    "pipeline": {"numpy", "jinja2"},
     "views": {"numpy", "rich", "matplotlib"},
     "cli": {"typer", "click"},
 }

@@ -10,7 +10,9 @@ from qkv_cli.cli.options import (
     BUDGET,
     CHECKPOINT,
     CROSS,
+    GENERATION,
     MASKS,
+    PREDICTION,
     RANDOM,
     SHOW_CHOICES,
     TEXT,
@@ -47,6 +49,7 @@ from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
 from qkv_cli.errors import QkvError
 
 EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, BUDGET)
+DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
 
 def sample(name: str | None = None) -> str:
@@ -64,7 +67,7 @@ def prepare(req, head):
 
 
 @app.command(epilog="Example: qkv run 'The animal did not cross the street because it was tired.' --heads 8 --causal")
-@takes(*EVERYTHING)
+@takes(*EVERYTHING, PREDICTION)
 def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt = "weights",
         precision: PrecisionOpt = 2, format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
         batch: BatchOpt = False):  # fmt: skip
@@ -84,7 +87,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
 
 @app.command(epilog="Example: qkv heatmap --causal --heads 4 --out causal.png")
-@takes(*EVERYTHING)
+@takes(*DRAWN)
 def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png"):
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample."""
     from qkv_cli.pipeline.compute import compute
@@ -93,8 +96,8 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
 
     req = request(opts, text, sample(), band=True)
     model, heads = prepare(req, head)
-    check_image_path(out, len(heads) if model is None or opts.layer else 1)
-    typer.echo(save_heatmap(compute(req, model), heads, out, layer_given=bool(opts.layer)))
+    check_image_path(out, len(heads) if model is None or (opts.layer and not req.generate) else 1)
+    typer.echo(save_heatmap(compute(req, model), heads, out, layer=opts.layer[0] if opts.layer else None))
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")

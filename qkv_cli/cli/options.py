@@ -122,3 +122,20 @@ CROSS = [("context", ContextOpt, None), ("context_file", ContextFileOpt, None)]
 ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWith.zeros)]
 CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]
 BUDGET = [("max_memory", MaxMemoryOpt, None)]
+GenerateOpt = Annotated[
+    int | None,
+    typer.Option("--generate", min=1, help="With --model: a decoder writes N tokens; draw that."),
+]
+MaxNewOpt = Annotated[int, typer.Option("--max-new-tokens", min=1, help="Stop after N new tokens (or at end of text).")]
+TemperatureOpt = Annotated[
+    float, typer.Option("--temperature", min=0.0, help="0 = greedy; above 0: sample from Softmax(z / T), seeded.")
+]
+TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="Sample only among the K most probable tokens (0 = all).")]
+ChatOpt = Annotated[bool, typer.Option("--chat", help="Wrap TEXT in the checkpoint's chat template (needs jinja2).")]
+PredictOpt = Annotated[bool, typer.Option("--predict", help="With a decoder: the top 5 next tokens at every position.")]
+LensOpt = Annotated[
+    bool, typer.Option("--logit-lens", help="With --predict: the same read out after every layer (final norm, head).")
+]
+SAMPLING = [("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 0), ("chat", ChatOpt, False)]
+GENERATION = [("generate", GenerateOpt, None), *SAMPLING]
+PREDICTION = [("predict", PredictOpt, False), ("logit_lens", LensOpt, False)]

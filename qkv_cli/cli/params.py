@@ -20,7 +20,9 @@ FIXED_BY_CHECKPOINT = {
     "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale", "pad_to": "--pad-to",
     "n": "--n", "batch": "--batch",
 }  # fmt: skip
-NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches"}
+NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "generate": "lets a decoder write with",
+                    "predict": "reads the output head of", "logit_lens": "reads the output head of",
+                    "chat": "uses the chat template of"}  # fmt: skip
 
 
 class Opts:
@@ -39,7 +41,8 @@ def check_checkpoint_policy(opts: Opts) -> None:
     if opts.get("model") is None:
         for name, what in NEEDS_CHECKPOINT.items():
             if name in opts.explicit:
-                raise QkvError(f"--{name} needs --model: it {what} a real checkpoint (see qkv models)")
+                flag = "--" + name.replace("_", "-")
+                raise QkvError(f"{flag} needs --model: it {what} a real checkpoint (see qkv models)")
         return
     clash = [flag for name, flag in FIXED_BY_CHECKPOINT.items() if name in opts.explicit]
     if clash:
@@ -99,12 +102,15 @@ def request(opts: Opts, text, default=None, **extra):
         ablate=value("ablate"), ablate_with=value("ablate_with", "zeros"),
     )  # fmt: skip
     max_memory = opts.get("max_memory")
-    return Request(
+    fields = dict(
         text=text, file=opts.get("file"), default=default, settings=settings, context=opts.get("context"),
         context_file=opts.get("context_file"), mask_file=opts.get("mask_file"), model=opts.get("model"),
         layers=tuple(opts.get("layer") or ()), download=bool(opts.get("download")),
-        max_memory=None if max_memory is None else parse_size(max_memory), **extra,
+        max_memory=None if max_memory is None else parse_size(max_memory), generate=opts.get("generate") or 0,
+        temperature=opts.get("temperature", 0.0), top_k=opts.get("top_k", 0), sample_seed=value("seed", 0),
+        chat=bool(opts.get("chat")), predict=bool(opts.get("predict")), logit_lens=bool(opts.get("logit_lens")),
     )  # fmt: skip
+    return Request(**(fields | extra))
 
 
 def parse_show(show: str, choices) -> list[str]:

@@ -85,12 +85,16 @@ class Result:
     last_hidden_state: np.ndarray | None = None  # (m, d), after the final norm where the family has one
     layer_types: tuple[str, ...] = ()
     layer_rules: tuple = ()  # core.masks.MaskSpec of each layer (causal; a window on sliding layers)
+    predictions: dict | None = (
+        None  # --predict: "ids", "probs" (m, k); --logit-lens: "lens_ids", "lens_probs" (L, m, k)
+    )
     # GENERATION: tokens = prompt + generated; step t wrote token prompt_len + t, reading positions 0 .. prompt_len+t-1
     prompt_len: int = 0
     step_ids: np.ndarray | None = None  # (steps,) the tokens written
     step_probs: np.ndarray | None = None  # (steps,) the probability the model gave each one
     step_top_ids: np.ndarray | None = None  # (steps, k) the k most probable tokens at each step
     step_top_probs: np.ndarray | None = None  # (steps, k)
+    step_top_labels: list = field(default_factory=list)  # (steps, k) their labels
     step_attentions: np.ndarray | None = None  # (steps, L, tau, n_max): the writing query's row, zeros past it
     cache_bytes: int = 0  # what the KV cache held at the end
     text: str = ""  # the generated text

@@ -143,7 +143,14 @@ def config_from_dict(raw: dict, name: str = "") -> ModelConfig:
         raise QkvError(f"{where} must hold a JSON object, got {type(raw).__name__}")
     family = family_for(raw.get("model_type"), where)
     fields = family.read_config(Keys(raw, where, family.MODEL_TYPE))
+    fields["options"] = dict(fields.get("options", {}), eos=token_ids(raw.get("eos_token_id")))
     return ModelConfig(family=family.MODEL_TYPE, name=name, **fields)
+
+
+def token_ids(value) -> tuple[int, ...]:
+    """eos_token_id as an int, a list of ints or null -> a tuple (anything else: empty)."""
+    values = value if isinstance(value, list) else [value]
+    return tuple(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def read_config(folder: str | Path, name: str = "") -> ModelConfig:

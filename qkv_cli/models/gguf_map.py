@@ -62,6 +62,8 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
             ]
     if "rope_freqs.weight" in tensors:
         raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs, Llama 3.1 scaling) are not supported yet")
+    if "tokenizer.ggml.eos_token_id" in meta:
+        raw["eos_token_id"] = meta["tokenizer.ggml.eos_token_id"]
     if "vocab_size" not in raw and isinstance(meta.get("tokenizer.ggml.tokens"), list):
         raw["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
     if kind in ("qwen2", "qwen3") and "sliding_window" in raw:

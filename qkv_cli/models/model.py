@@ -88,11 +88,12 @@ class Model:
             self._tokenizer = load_tokenizer(tok_path)
         return self._tokenizer
 
-    def tokenize(self, text: str):
-        """The model's own tokens for `text`, with its special tokens ([CLS] ... [SEP] for BERT)."""
+    def tokenize(self, text: str, special: bool = True):
+        """The model's own tokens for `text`, with its special tokens ([CLS] ... [SEP] for BERT) unless special is
+        False (a chat template writes them itself)."""
         from qkv_cli.text.tokens import encode
 
-        tokens = encode(self.tokenizer, text, add_special_tokens=True)
+        tokens = encode(self.tokenizer, text, add_special_tokens=special)
         self.check_length(len(tokens))
         return tokens
 

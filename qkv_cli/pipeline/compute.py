@@ -51,7 +51,14 @@ def compute(req: Request, model=None) -> Result:
     s = req.settings
     if req.model is not None:
         model = load_model(req) if model is None else model
-        return checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory)
+        if req.generate:
+            return generation(req, model)
+        run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory)
+        if req.predict or req.logit_lens:
+            from qkv_cli.pipeline.predict import predict
+
+            run.predictions = predict(model, run, lens=req.logit_lens)
+        return run
     more = extras(req)
     if req.batch:
         if more:
@@ -64,6 +71,20 @@ def compute(req: Request, model=None) -> Result:
     if req.band and s.window is not None and not more and s.ablate is None:
         return band.run(text, s, max_memory=req.max_memory)
     return dense.run(text, s, max_memory=req.max_memory, **more)
+
+
+def generation(req: Request, model) -> Result:
+    """The model writes req.generate tokens after the text (wrapped in its chat template with req.chat)."""
+    from qkv_cli.pipeline import chat
+    from qkv_cli.pipeline.generate import generate
+
+    text = read_text(req)
+    if req.chat:
+        prompt = model.tokenize(chat.render(model, text, chat.specials(model)), special=False)
+    else:
+        prompt = model.tokenize(text)
+    return generate(model, prompt, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
+                    req.max_memory, eos=model.config.opt("eos"))  # fmt: skip
 
 
 def compute_each(req: Request) -> list[Result]:

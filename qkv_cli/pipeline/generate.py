@@ -68,9 +68,10 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         out = step(model, [token], cache, kernel)
     steps = len(ids)
     tokens = _tokens(model, list(prompt.ids) + ids)
+    top_labels = [list(_tokens(model, [int(i) for i in best]).labels) for best in top_ids]
     return Result(kind=Kind.GENERATION, tokens=tokens, kernel=kernel, model=model.info(), prompt_len=P,
                   ids=np.asarray(tokens.ids), step_ids=np.asarray(ids), step_probs=np.asarray(probs),
-                  step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs),
+                  step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs), step_top_labels=top_labels,
                   step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,
                   text=model.tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip
 

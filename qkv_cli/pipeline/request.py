@@ -23,6 +23,13 @@ class Request:
     all_layers: bool = False  # without --layer: every layer's detail (JSON) instead of the last one
     download: bool = False
     max_memory: int | None = None  # bytes; None = half the RAM
+    generate: int = 0  # a decoder writes this many new tokens (0: no generation)
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: every token may be sampled
+    sample_seed: int = 0
+    chat: bool = False  # wrap the text in the model's chat template
+    predict: bool = False  # the next-token predictions at every position
+    logit_lens: bool = False  # ... after every layer
 
     @property
     def from_stdin(self) -> bool:

