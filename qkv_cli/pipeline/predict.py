@@ -27,7 +27,8 @@ def predict(model, run, lens: bool = False, k: int = TOP) -> dict:
     out = dict(zip(("ids", "probs"), top_k(z, k), strict=True))
     out["labels"] = labels(model, out["ids"])
     if lens:
-        per_layer = [top_k(fam.logits(p, c, fam.final(p, c, h)), k) for h in run.hidden_states[1:]]
+        normed = [fam.final(p, c, h) for h in run.hidden_states[1:-1]] + [run.last_hidden_state]  # the last is normed
+        per_layer = [top_k(fam.logits(p, c, h), k) for h in normed]
         out["lens_ids"] = np.stack([ids for ids, _ in per_layer])
         out["lens_probs"] = np.stack([probs for _, probs in per_layer])
         out["lens_labels"] = [labels(model, ids) for ids in out["lens_ids"]]

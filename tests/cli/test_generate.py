@@ -1,0 +1,85 @@
+"""qkv generate, run --predict / --logit-lens and heatmap --generate on a tiny GPT-2 (no PyTorch needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from clitools import assert_one_line_error, invoke
+from tiny import make_checkpoint
+
+from qkv_cli.core.numerics import softmax
+from qkv_cli.models import load_model
+
+
+@pytest.fixture
+def gpt(tmp_path):
+    return make_checkpoint(tmp_path / "gpt", "gpt2")
+
+
+@pytest.fixture
+def bert(tmp_path):
+    return make_checkpoint(tmp_path / "bert", "bert")
+
+
+def test_generate_table_json_csv_npz(gpt, tmp_path):
+    args = ["generate", "the cat sat", "--model", gpt, "--max-new-tokens", "4"]
+    table = invoke(args)
+    assert table.exit_code == 0, table.output
+    assert "wrote 4 tokens after a prompt of 3" in table.stdout and "KV cache at the end" in table.stdout
+    doc = json.loads(invoke([*args, "--format", "json"]).stdout)
+    assert len(doc["steps"]) == 4 and all(len(s["top"]) == 5 and len(s["attended"]) == 3 for s in doc["steps"])
+    csv = invoke([*args, "--format", "csv"]).stdout.splitlines()
+    assert csv[0] == "step,position,token,id,prob,top,attended" and len(csv) == 5
+    path = tmp_path / "gen.npz"
+    assert invoke([*args, "--save-npz", path]).exit_code == 0
+    npz = np.load(path, allow_pickle=False)
+    assert npz["step_attentions"].shape[:2] == (4, 2) and int(npz["prompt_len"]) == 3
+    assert npz["step_attentions"].shape[-1] == 3 + 4 - 1  # n_max: the last writing query saw 6 tokens
+    assert npz["ids"].tolist()[3:] == npz["step_ids"].tolist()
+
+
+def test_generated_probabilities_are_the_models_own(gpt):
+    """Each step's probability is softmax of the model's scores for the whole sequence at the writing position."""
+    model = load_model(gpt, dtype="float64")
+    doc = json.loads(invoke(["generate", "the cat", "--model", gpt, "--max-new-tokens", "3", "--format", "json",
+                             "--dtype", "float64"]).stdout)  # fmt: skip
+    ids = list(model.tokenize("the cat").ids) + [s["id"] for s in doc["steps"]]
+    run = model.forward(ids)
+    z = model.family.logits(model.params, model.config, run.last_hidden_state)
+    for s in doc["steps"]:
+        p = softmax(z[s["position"] - 1])
+        assert s["id"] == int(np.argmax(p)) and s["prob"] == pytest.approx(p[s["id"]], abs=1e-12)
+
+
+def test_generate_refusals(gpt, bert):
+    assert_one_line_error(invoke(["generate", "the cat", "--model", bert, "--max-new-tokens", "2"]), "encoder",
+                          "no output head")  # fmt: skip
+    assert_one_line_error(invoke(["generate", "the cat", "--model", gpt, "--max-new-tokens", "20"]),
+                          "more than", "12")  # fmt: skip  # the tiny GPT-2 accepts 12 positions
+    assert_one_line_error(invoke(["generate", "the cat"]), "needs --model")
+    assert_one_line_error(invoke(["generate", "   ", "--model", gpt]), "empty")
+    assert_one_line_error(invoke(["generate", "the cat", "--model", gpt, "--chat"]), "no chat template")
+    assert_one_line_error(invoke(["generate", "the cat", "--model", gpt, "--head", "9"]), "--head 9")
+
+
+def test_predict_and_logit_lens(gpt, bert):
+    doc = json.loads(
+        invoke(["run", "the cat sat", "--model", gpt, "--predict", "--logit-lens", "--format", "json"]).stdout
+    )
+    assert len(doc["predictions"]) == 3 and len(doc["predictions"][0]["top"]) == 5
+    assert len(doc["logit_lens"]) == 2 and len(doc["logit_lens"][0]) == 3
+    # the lens at the last layer is the prediction itself
+    assert [row["id"] for row in doc["logit_lens"][-1]] == [p["top"][0]["id"] for p in doc["predictions"]]
+    table = invoke(args)
+    assert "Next-token predictions" in table.stdout and "Logit lens" in table.stdout
+    assert_one_line_error(invoke(["run", "the cat", "--model", bert, "--predict"]), "encoder")
+    assert_one_line_error(invoke(["run", "the cat", "--predict"]), "--predict needs --model")
+
+
+def test_heatmap_of_a_generation(gpt, tmp_path):
+    out = tmp_path / "gen.png"
+    r = invoke(["heatmap", "the cat sat", "--model", gpt, "--generate", "3", "--out", out])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
