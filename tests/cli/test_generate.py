@@ -65,9 +65,8 @@ def test_generate_refusals(gpt, bert):
 
 
 def test_predict_and_logit_lens(gpt, bert):
-    doc = json.loads(
-        invoke(["run", "the cat sat", "--model", gpt, "--predict", "--logit-lens", "--format", "json"]).stdout
-    )
+    args = ["run", "the cat sat", "--model", gpt, "--predict", "--logit-lens"]
+    doc = json.loads(invoke([*args, "--format", "json"]).stdout)
     assert len(doc["predictions"]) == 3 and len(doc["predictions"][0]["top"]) == 5
     assert len(doc["logit_lens"]) == 2 and len(doc["logit_lens"][0]) == 3
     # the lens at the last layer is the prediction itself
