@@ -55,6 +55,7 @@ class Hooks(NamedTuple):
     qk_norm_flat: Callable | None = None  # (q, k) (m, tau dk), (m, G dk) -> normalized, before splitting heads
     rotate: Callable | None = None  # (X) (h, m, dk) -> X with RoPE applied at positions 0..m-1
     softcap: float | None = None  # tanh(S / c) * c before the mask
+    values: Callable | None = None  # (V) (G, n, dk) -> V changed (value zeroing: one key's row set to 0)
 
 
 class Attended(NamedTuple):
@@ -105,6 +106,8 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
         Q, K = hooks.rotate(Q), hooks.rotate(K)
     if cache is not None:
         K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
+    if hooks.values is not None:
+        V = hooks.values(V)
     heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap)
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)

@@ -14,7 +14,7 @@ import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
 from qkv_cli.errors import QkvError
-from qkv_cli.models.attention import Attended, AttentionWeights, Hooks, self_attention
+from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig, Param, attention_params
 from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm
 
@@ -177,10 +177,10 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product atte
     return Hooks(scale=1 / math.sqrt(c.d_k))
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0) -> tuple[np.ndarray, Attended]:
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None):  # -> x', parts
     """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
     b = p.blocks[layer]
-    parts = self_attention(x, b.attn, hooks(c, layer), mask, kernel)  # H = x: the layer's input
+    parts = self_attention(x, b.attn, hooks(c, layer)._replace(values=values), mask, kernel)  # H = x: the layer's input
     h = parts.output + x
     h = layer_norm(h, *b.ln1, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)

@@ -121,6 +121,22 @@ class Model:
         """Wq, Wk, Wv (tau or G, d, d_k), bq, bk, bv, Wo (tau d_k, d), bo of one layer (views; None: no bias)."""
         return self.params.blocks[check_layer(index, self.config.n_layers)].attn.per_head()
 
+    def layer_output(self, layer: int, x, kernel: str = "vectorized", zero_value: int | None = None):  # -> [m, d]
+        """Layer `layer` rerun on its input x (hidden_states[layer]); with zero_value j, key j's value vector is
+        zero in every head (value zeroing). Returns the layer's output and its attention weights."""
+        c, fam = self.config, self.family
+        l = check_layer(layer, c.n_layers)
+        m = x.shape[0]
+        mask = masks.additive(fam.layer_mask(c, l), m, m, self.dtype)
+
+        def zeroed(V):
+            V = V.copy()
+            V[:, zero_value] = 0
+            return V
+
+        out, parts = fam.block(self.params, c, l, x, mask, kernel, values=None if zero_value is None else zeroed)
+        return out, parts.weights
+
     def run(self, text: str, layers=None, kernel: str = "vectorized") -> Result:
         """Tokenize `text` and run the forward pass; `layers` chooses which layers keep their full detail."""
         tokens = self.tokenize(text)

@@ -219,3 +219,14 @@ def test_models_shipped_in_packages(tmp_path, monkeypatch):
     ]  # one model: the package name
     for spec in ("some_model_pkg", "some-model-pkg", "some_model_pkg/model"):
         assert resolve_model(spec) == site / "some_model_pkg" / "model"
+
+
+def test_layer_output_reruns_a_layer_and_zeroes_one_value(tiny):
+    model = load_model(tiny, dtype="float64")
+    run = model.run("the cat sat on the mat", layers="all")
+    out, weights = model.layer_output(0, run.hidden_states[0])
+    np.testing.assert_allclose(out, run.hidden_states[1], atol=1e-12)
+    np.testing.assert_allclose(weights, run.attentions[0], atol=1e-12)
+    zeroed, same = model.layer_output(0, run.hidden_states[0], zero_value=2)
+    np.testing.assert_allclose(same, weights, atol=1e-12)  # V only enters the output, never the weights
+    assert np.abs(zeroed - out).max() > 1e-6
