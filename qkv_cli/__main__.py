@@ -1,3 +1,33 @@
-from qkv_cli.cli import main
+"""The `qkv` entry point: signals first (so that an early Ctrl-C or a SIGTERM never prints a traceback or leaves a
+temporary file), then the command line."""
 
-main()
+import signal
+import sys
+
+
+def _stop(signum, frame):  # SIGTERM, SIGHUP: unwind like an exception, so temporary files are removed
+    raise SystemExit(128 + signum)
+
+
+def main():
+    for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, _stop)
+    try:
+        if sys.stdout is None or sys.stderr is None:  # started with a closed stdout: nothing could be shown
+            if sys.stderr is not None:
+                sys.stderr.write("qkv: error: stdout is closed: nothing can be written\n")
+            sys.exit(2)
+        from qkv_cli.cli.terminal import prepare
+
+        prepare()
+        from qkv_cli.cli.app import main as run
+
+        run()
+    except KeyboardInterrupt:
+        sys.stderr.write("qkv: error: interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

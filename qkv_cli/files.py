@@ -11,6 +11,38 @@ from pathlib import Path
 
 from qkv_cli.errors import QkvError
 
+_READ: set[tuple[int, int]] = set()  # (device, inode) of every file read: an output may never replace one
+_DECLARED: set[str] = set()  # input paths named on the command line, before they are read
+
+
+def remember(handle) -> None:
+    """Note an open input file, so that no output of this run can replace it."""
+    try:
+        st = os.fstat(handle.fileno())
+    except (OSError, ValueError, AttributeError):
+        return
+    if stat.S_ISREG(st.st_mode):
+        _READ.add((st.st_dev, st.st_ino))
+
+
+def declare_inputs(paths) -> None:
+    """Input paths given as options (--file, --mask-file, --tokenizer, --model ...): an output may not be one."""
+    for path in paths:
+        if path and path != "-" and is_file_name(path):
+            _DECLARED.add(os.path.realpath(os.path.expanduser(str(path))))
+
+
+def is_input(path) -> bool:
+    """Whether `path` is a file this run reads (or was told it will read)."""
+    real = os.path.realpath(path)
+    if real in _DECLARED or any(real.startswith(d + os.sep) for d in _DECLARED):
+        return True
+    try:
+        st = os.stat(real)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) in _READ
+
 
 def is_file_name(path) -> bool:
     """False for '' (Path('') is '.'), blanks, a NUL byte, or characters the filesystem cannot encode."""
@@ -55,9 +87,11 @@ def open_regular(path: Path, what: str):
     if not stat.S_ISREG(st.st_mode):
         raise QkvError(f"{what} '{path}' is not a regular file (a FIFO or a device): refused")
     try:
-        return open(path, "rb")
+        handle = open(path, "rb")
     except OSError as exc:
         raise QkvError(f"cannot read {what} '{path}': {exc.strerror or exc}") from None
+    remember(handle)
+    return handle
 
 
 def read_regular(path: Path, limit: int, what: str) -> bytes:

@@ -40,13 +40,28 @@ class QkvGroup(TyperGroup):
         except BrokenPipeError:  # the reader went away (`qkv run ... | head`): stop quietly
             quiet_stdout()
             code = 0
+        except OSError as exc:  # stdout on a full disk (> /dev/full), or closed: the output did not get out
+            code = fail(f"cannot write the output: {exc.strerror or exc}")
         except Exception as exc:  # a bug: still one line, but exit 1 so tests and users can tell
             if os.environ.get("QKV_DEBUG"):
                 raise
             code = fail(f"internal error: {type(exc).__name__}: {exc} (QKV_DEBUG=1 shows the traceback)", 1)
+        if code == 0:
+            code = flushed()
         if standalone_mode:
             sys.exit(code)
         return code
+
+
+def flushed() -> int:
+    """Flush stdout: a write that fails at the end (a full disk) is an error too, never a silent exit 0."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        quiet_stdout()
+    except (OSError, ValueError) as exc:
+        return fail(f"cannot write the output: {getattr(exc, 'strerror', None) or exc}")
+    return 0
 
 
 NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())

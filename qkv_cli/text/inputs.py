@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.files import is_file_name, read_stream
+from qkv_cli.files import is_file_name, read_stream, remember
 
 MAX_TEXT_BYTES = 64 * 2**20  # a text file larger than this is not something to inspect token by token
 MAX_SENTENCES = 10_000
@@ -20,11 +20,12 @@ def read_bytes(path, what: str, limit: int = MAX_TEXT_BYTES, hint: str = "give a
     """The bytes of a file, at most `limit` of them; a directory, a missing or unreadable file is a QkvError."""
     if not is_file_name(path):
         raise QkvError(f"{what} is not a file name: {hint}")
-    p = Path(path).expanduser()
     try:
+        p = Path(path).expanduser()
         if p.is_dir():
             raise QkvError(f"{what} is a directory: {hint}")
         with open(p, "rb") as handle:
+            remember(handle)
             return read_stream(handle, limit, what)
     except FileNotFoundError:
         raise QkvError(f"{what} does not exist") from None
@@ -32,6 +33,8 @@ def read_bytes(path, what: str, limit: int = MAX_TEXT_BYTES, hint: str = "give a
         raise QkvError(f"{what} is not readable (permission denied)") from None
     except OSError as exc:
         raise QkvError(f"{what} cannot be read: {exc.strerror or exc}") from None
+    except RuntimeError:  # ~nosuchuser: no home directory to expand
+        raise QkvError(f"{what}: the home directory in it cannot be found") from None
 
 
 def read_file(path: str | Path, what: str = "file") -> str:

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from qkv_cli.core.stats import band_summary, strongest_links
-from qkv_cli.views.describe import settings_line
+from qkv_cli.views.describe import figure_title, settings_line
 
 
 def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
@@ -65,12 +65,13 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
         print(f"saved {save(export.band_arrays(result), save_npz)}", file=sys.stderr)
 
 
-def save_heatmap(result, heads, path) -> str:
+def save_heatmap(result, heads, path, scale: str = "linear") -> str:
     """One panel per head: queries on rows, the window's slots on columns (oldest key left, self right)."""
     from qkv_cli.views.figures import draw_grid, save_figure
 
     n_c = result.band.shape[-1]
     cols = [f"i-{n_c - 1 - t}" if t < n_c - 1 else "i" for t in range(n_c)]
     panels = [(f"head {j}", result.band[j], result.band_keys < 0) for j in heads]
-    save_figure(draw_grid(panels, result.labels, cols, settings_line(result)), path)
+    title = figure_title(result, heads)
+    save_figure(draw_grid(panels, result.labels, cols, title, settings_line(result), scale), path)
     return str(path)

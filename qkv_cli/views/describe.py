@@ -32,6 +32,21 @@ def settings_line(result: Result) -> str:
     ) + suffix(result)
 
 
+def figure_title(result: Result, heads) -> str:
+    """A short title that says what a figure shows: whose weights, which layer and heads, which mask."""
+    shown = f"head {heads[0]}" if len(heads) == 1 else f"{len(heads)} heads"
+    if result.model is not None:
+        info = result.model
+        kind = f" ({info.layer_type.replace('_attention', '')})" if info.layer_type else ""
+        return f"{clean(info.name)}, layer {info.layer}{kind}: {shown}"
+    s = result.settings
+    if result.kind == Kind.BAND:
+        return f"Sliding window n_c={result.band.shape[-1]}: {shown} (band only)"
+    mask = "cross-attention" if result.is_cross else (
+        f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask"))  # fmt: skip
+    return f"Attention weights: {shown}, {mask}"
+
+
 def suffix(result: Result) -> str:
     """Cross-attention, grouped-query heads, custom masks and ablation, when used."""
     s = result.settings

@@ -1,8 +1,15 @@
-"""Heatmaps with matplotlib's object API (Figure + Agg canvas; no pyplot, so start-up stays short)."""
+"""Heatmaps with matplotlib's object API (Figure + Agg canvas; no pyplot, so start-up stays short).
+
+Layout by hand (no constrained layout: it is slow and gives up on long labels): panels in a near-square grid, token
+labels on the outer panels only, thinned with their positions on long texts, the colour bar right beside the
+panels; a short title, the settings in a smaller wrapped subtitle and in the file's metadata. Text is plain text
+(no mathtext: a token such as `$\\frac{$` is just characters) and editable in SVG.
+"""
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -10,8 +17,10 @@ from qkv_cli.errors import QkvError
 from qkv_cli.views.files import atomic_write, check_output_path
 
 FORMATS = (".png", ".svg", ".pdf")
+SCALES = ("linear", "sqrt", "log")
 MAX_TICKS = 40
-MAX_PANELS = 16  # each panel takes about 0.3 s to lay out and draw: 64 heads would take 20 s, 1024 minutes
+MAX_PANELS = 16  # more panels take many seconds to lay out and draw: choose heads with --head
+MAX_LABEL = 14  # characters of a tick label; longer ones end in an ellipsis
 
 
 def check_image_path(path: str, panels: int = 1) -> None:
@@ -23,60 +32,117 @@ def check_image_path(path: str, panels: int = 1) -> None:
 def check_panels(k: int) -> None:
     """Refuse, before any work, a grid with more panels than can be drawn in a few seconds."""
     if k > MAX_PANELS:
-        raise QkvError(f"a heatmap of {k} heads is too many panels (at most {MAX_PANELS}): choose heads with --head, "
-                       "e.g. --head 0 --head 1")  # fmt: skip
+        raise QkvError(f"a heatmap of {k} panels is too many (at most {MAX_PANELS}): choose heads with --head, "
+                       "e.g. --head 0 --head 1, or fewer --layer")  # fmt: skip
 
 
-def _ticks(ax, row_labels, col_labels):
-    for labels, set_ticks, set_labels, rotation in (
-        (col_labels, ax.set_xticks, ax.set_xticklabels, 90),
-        (row_labels, ax.set_yticks, ax.set_yticklabels, 0),
-    ):
-        step = max(1, math.ceil(len(labels) / MAX_TICKS))
-        idx = list(range(0, len(labels), step))
-        set_ticks(idx)
-        set_labels([labels[i] for i in idx], rotation=rotation, fontsize=7)
+def near_square(k: int) -> tuple[int, int]:
+    """(rows, columns) for k panels: 4 -> 2 x 2, 8 -> 2 x 4, 12 -> 3 x 4."""
+    rows = max(1, int(math.isqrt(k)))
+    return rows, math.ceil(k / rows)
 
 
-def draw_grid(panels, row_labels, col_labels, title, ncols=4):
-    """panels: list of (subtitle, weights (m, n), masked (m, n) bool). Returns a Figure."""
+def tick_labels(labels, limit: int = MAX_TICKS) -> tuple[list[int], list[str]]:
+    """Positions and labels to show: all of them, or every k-th with its position when there are too many."""
+    from qkv_cli.views.fonts import drawable
+
+    step = max(1, math.ceil(len(labels) / limit))
+    idx = list(range(0, len(labels), step))
+    short = [_short(drawable(str(labels[i]))) for i in idx]
+    return idx, short if step == 1 else [f"{i} {s}" for i, s in zip(idx, short, strict=True)]
+
+
+def _short(label: str) -> str:
+    from qkv_cli.views.console import clean
+
+    label = clean(label.replace("\n", "⏎").replace("\t", "⇥"))
+    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
+
+
+def setup() -> None:
+    """Before matplotlib draws anything: a quiet, writable configuration, fonts with the glyphs, editable SVG text."""
+    from qkv_cli.views.fonts import families, quiet_matplotlib
+
+    quiet_matplotlib()
+    import matplotlib
+
+    matplotlib.rcParams["font.family"] = list(families())
+    matplotlib.rcParams["svg.fonttype"] = "none"
+
+
+def norm(scale: str):
+    from matplotlib.colors import LogNorm, Normalize, PowerNorm
+
+    if scale not in SCALES:
+        raise QkvError(f"unknown colour scale {scale!r}: choose one of {', '.join(SCALES)}")
+    return {"linear": Normalize(0.0, 1.0), "sqrt": PowerNorm(0.5, 0.0, 1.0), "log": LogNorm(1e-4, 1.0)}[scale]
+
+
+def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear", grid=None):
+    """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square."""
+    setup()
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
     k = len(panels)
     check_panels(k)
-    ncols = min(ncols, k)
-    nrows = math.ceil(k / ncols)
+    rows, cols = grid or near_square(k)
     m, n = panels[0][1].shape
-    cell = min(0.35, 9.0 / max(m, n, 1))
-    side = max(2.6, cell * max(m, n) + 1.2)
-    fig = Figure(figsize=(ncols * side + 1.2, nrows * side + 0.9), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
+    cell = min(0.32, max(0.07, 4.2 / max(m, n, 1)))
+    pw, ph = max(2.4 * n / max(m, n), cell * n), max(2.4 * m / max(m, n), cell * m)
+    fs = min(11.0, max(5.5, cell * 72 * 0.72))  # tick labels: as large as a cell allows
+    ys, ylab = tick_labels(row_labels)
+    xs, xlab = tick_labels(col_labels)
+    left = max(len(s) for s in ylab) * fs * 0.66 / 72 + 0.55
+    bottom = max(len(s) for s in xlab) * fs * 0.66 / 72 + 0.5
+    gap, head_h, bar = 0.25, 0.32, 1.15
+    width = left + cols * pw + (cols - 1) * gap + bar
+    lines = textwrap.wrap(subtitle, max(40, int(width * 72 / (8.5 * 0.55)))) if subtitle else []
+    top = 0.55 + 0.17 * len(lines)
+    height = top + rows * (ph + head_h) + (rows - 1) * gap + bottom
+    fig = Figure(figsize=(width, height))
     cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    any_masked = False
     image = None
-    for ax, (subtitle, weights, masked) in zip(axes.flat, panels, strict=False):
-        data = np.ma.masked_array(weights, mask=masked)
-        image = ax.imshow(data, cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest", aspect="auto")
+    for idx, (name, weights, masked) in enumerate(panels):
+        r, c = divmod(idx, cols)
+        x0 = left + c * (pw + gap)
+        y0 = height - top - head_h - r * (ph + head_h + gap) - ph
+        ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
+        data = np.ma.masked_array(np.maximum(weights, 1e-4) if scale == "log" else weights, mask=masked)
+        image = ax.imshow(data, cmap=cmap, norm=norm(scale), interpolation="nearest", aspect="auto")
         if masked.any():
-            ys, xs = np.nonzero(masked)
-            if len(xs) <= 4000:
-                ax.scatter(xs, ys, marker="x", s=max(2.0, 60.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
-        ax.set_title(subtitle, fontsize=9)
-        ax.set_xlabel("keys", fontsize=8)
-        ax.set_ylabel("queries", fontsize=8)
-        _ticks(ax, row_labels, col_labels)
-    for ax in list(axes.flat)[k:]:
-        ax.set_axis_off()
-    fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight (grey x = masked)")
-    fig.suptitle(title, fontsize=10)
+            any_masked = True
+            yy, xx = np.nonzero(masked)
+            if len(xx) <= 4000:
+                ax.scatter(xx, yy, marker="x", s=max(2.0, 50.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
+        ax.set_title(name, fontsize=11, parse_math=False) if name else None
+        ax.tick_params(length=2, labelsize=fs)
+        ax.set_xticks(xs, xlab if r == rows - 1 or idx + cols >= k else [], rotation=90, parse_math=False)
+        ax.set_yticks(ys, ylab if c == 0 else [], parse_math=False)
+        if c == 0:
+            ax.set_ylabel("queries", fontsize=10)
+        if r == rows - 1 or idx + cols >= k:
+            ax.set_xlabel("keys", fontsize=10)
+    bar_x = left + cols * pw + (cols - 1) * gap + 0.15
+    bar_h = min(rows * (ph + head_h) + (rows - 1) * gap - head_h, 4.0)
+    cax = fig.add_axes((bar_x / width, (height - top - head_h - bar_h) / height, 0.16 / width, bar_h / height))
+    label = "attention weight" + (" (grey x = masked)" if any_masked else "")
+    fig.colorbar(image, cax=cax).set_label(label, fontsize=10)
+    fig.text(0.45 / width, 1 - 0.38 / height, title, fontsize=15, weight="bold", va="baseline", parse_math=False)
+    for i, line in enumerate(lines):
+        fig.text(0.45 / width, 1 - (0.62 + 0.17 * i) / height, line, fontsize=8.5, color="#555555",
+                 va="baseline", parse_math=False)  # fmt: skip
+    fig.qkv_meta = (title, subtitle)
     return fig
 
 
-def draw_model_view(attentions, heads, masked, title, kinds=None):
+def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", scale="linear"):
     """attentions (L, k, m, n) as one mosaic: layers down, heads across, one m x n tile each (no token labels).
     masked: (L, m, n) bool per layer; kinds: a label per layer (e.g. "sliding", "full") or None.
 
-    One image instead of L x k axes keeps a 6 x 12 grid fast to draw."""
+    One image instead of L x k axes keeps a 30 x 9 grid fast to draw."""
+    setup()
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
@@ -87,26 +153,44 @@ def draw_model_view(attentions, heads, masked, title, kinds=None):
         for c in range(k):
             tile = np.where(masked[l], np.nan, attentions[l, c])
             mosaic[l * (m + gap) : l * (m + gap) + m, c * (n + gap) : c * (n + gap) + n] = tile
-    fig = Figure(figsize=(min(24.0, 1.0 * k + 2.0), min(24.0, 1.0 * L + 1.2)), layout="constrained")
-    ax = fig.subplots()
+    width, height = min(24.0, 0.9 * k + 3.2), min(30.0, 0.55 * L + 1.8)
+    lines = textwrap.wrap(subtitle, max(40, int(width * 72 / (8.5 * 0.55)))) if subtitle else []
+    fig = Figure(figsize=(width, height + 0.17 * len(lines)))
+    H = height + 0.17 * len(lines)
+    top = 0.55 + 0.17 * len(lines)
+    ax = fig.add_axes((1.9 / width, 0.55 / H, (width - 3.1) / width, (H - top - 0.75) / H))
     cmap = colormaps["viridis"].with_extremes(bad="white")
-    image = ax.imshow(np.ma.masked_invalid(mosaic), cmap=cmap, vmin=0.0, vmax=1.0, interpolation="nearest",
-                      aspect="auto")  # fmt: skip
-    ax.set_xticks([c * (n + gap) + n / 2 - 0.5 for c in range(k)], [f"head {j}" for j in heads], fontsize=7)
+    data = np.ma.masked_invalid(np.maximum(mosaic, 1e-4) if scale == "log" else mosaic)
+    image = ax.imshow(data, cmap=cmap, norm=norm(scale), interpolation="nearest", aspect="auto")
+    ax.set_xticks([c * (n + gap) + n / 2 - 0.5 for c in range(k)], [f"head {j}" for j in heads], fontsize=9)
     names = [f"layer {l}" + (f" ({kinds[l]})" if kinds else "") for l in range(L)]
-    ax.set_yticks([l * (m + gap) + m / 2 - 0.5 for l in range(L)], names, fontsize=7)
+    ax.set_yticks([l * (m + gap) + m / 2 - 0.5 for l in range(L)], names, fontsize=9)
+    ax.xaxis.tick_top()
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    fig.colorbar(image, ax=ax, shrink=0.6, label="attention weight (masked cells blank)")
-    fig.suptitle(title, fontsize=9)
+    cax = fig.add_axes(((width - 1.05) / width, 0.55 / H, 0.16 / width, (H - top - 0.75) / H))
+    fig.colorbar(image, cax=cax).set_label("attention weight (masked cells blank)", fontsize=10)
+    fig.text(0.3 / width, 1 - 0.38 / H, title, fontsize=15, weight="bold", parse_math=False)
+    for i, line in enumerate(lines):
+        fig.text(0.3 / width, 1 - (0.62 + 0.17 * i) / H, line, fontsize=8.5, color="#555555", parse_math=False)
+    fig.qkv_meta = (title, subtitle)
     return fig
 
 
 def save_figure(fig, path) -> None:
+    """Draw to PNG, SVG (editable text) or PDF, with the title and settings in the file's metadata."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
+    from qkv_cli.views.fonts import tell
+
     p = check_output_path(path, FORMATS)
+    kind = p.suffix.lower().lstrip(".")
+    title, settings = getattr(fig, "qkv_meta", ("", ""))
+    meta = {"png": {"Title": title, "Description": settings, "Software": "qkv"},
+            "svg": {"Title": title, "Description": settings},
+            "pdf": {"Title": title, "Subject": settings, "Creator": "qkv"}}[kind]  # fmt: skip
     FigureCanvasAgg(fig)
     with atomic_write(p) as handle:
-        fig.savefig(handle, format=p.suffix.lower().lstrip("."), dpi=120)
+        fig.savefig(handle, format=kind, dpi=110, metadata=meta)
+    tell()

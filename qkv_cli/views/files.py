@@ -1,49 +1,86 @@
-"""Writing files: checked before any work, written to a temporary file and renamed, never half-written."""
+"""Writing files: checked before any work, written to a temporary file and renamed, never half-written.
+
+Only regular files are written: a device, a FIFO or a directory is refused (a symlink is followed to its regular
+target, which is replaced; the link stays). A file this run reads is never an output. A file that exists keeps its
+permissions; a read-only one is refused. SIGTERM and SIGHUP end the run through an exception (see
+qkv_cli/cli/app.py), so the temporary file is removed on every exit.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.files import is_file_name
+from qkv_cli.files import is_file_name, is_input
+
+NAME_MAX = 255
+
+
+def _refuse(p, why: str) -> QkvError:
+    return QkvError(f"cannot write {str(p)!r}: {why}")
+
+
+def target(path) -> tuple[Path, os.stat_result | None]:
+    """The file a write to `path` replaces (symlinks followed) and its status, or None when it does not exist."""
+    real = Path(os.path.realpath(os.path.expanduser(str(path))))
+    try:
+        return real, os.stat(real)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (the folder check names a missing folder)
+        return real, None
+    except OSError as exc:
+        raise _refuse(path, exc.strerror or str(exc)) from None
 
 
 def check_output_path(path: str | Path, suffixes: tuple[str, ...] | None = None) -> Path:
-    """Fail before any work if the file could not be written: bad extension, missing folder, a directory."""
-    p = Path(path)
+    """Fail before any work if the file could not be written: bad name or extension, missing or unwritable
+    folder, a directory, a device or FIFO, a read-only file, or one of this run's inputs."""
     if not is_file_name(path):
-        raise QkvError(f"cannot write {str(path)!r}: it is not a file name")
+        raise _refuse(path, "it is not a file name")
+    p = Path(path)
     if suffixes is not None and p.suffix.lower() not in suffixes:
-        raise QkvError(f"cannot write {str(p)!r}: the extension must be one of {', '.join(suffixes)}")
-    if p.is_dir():
-        raise QkvError(f"cannot write {str(p)!r}: it is a directory; give a file name")
-    folder = p.parent if str(p.parent) else Path(".")
+        raise _refuse(p, f"the extension must be one of {', '.join(suffixes)}")
+    real, st = target(p)
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise _refuse(p, "it is a directory; give a file name")
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(p, "it is not a regular file (a device, a FIFO or a socket): qkv writes only regular files")
+        if not st.st_mode & 0o222:
+            raise _refuse(p, "it is read-only (make it writable, or choose another name)")
+    if is_input(real):
+        raise _refuse(p, "it is one of this run's inputs")
+    if len(os.fsencode(real.name)) > NAME_MAX:
+        raise _refuse(p, f"the file name is longer than {NAME_MAX} bytes")
+    folder = real.parent
     if not folder.is_dir():
-        raise QkvError(f"cannot write {str(p)!r}: folder {str(folder)!r} does not exist")
+        raise _refuse(p, f"folder {str(p.parent)!r} does not exist")
     if not os.access(folder, os.W_OK):
-        raise QkvError(f"cannot write {str(p)!r}: folder {str(folder)!r} is not writable")
+        raise _refuse(p, f"folder {str(p.parent)!r} is not writable")
     return p
 
 
 @contextmanager
 def atomic_write(path: str | Path, mode: str = "wb"):
-    """Yield a temporary file beside `path`; rename it over `path` only if the block finishes."""
-    p = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent if str(p.parent) else ".")
+    """Yield a temporary file beside `path`'s target; rename it over the target only if the block finishes."""
+    check_output_path(path)  # again at write time: an input read since the first check is refused too
+    real, st = target(path)
+    keep = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    try:  # a short prefix: the temporary name must fit in NAME_MAX bytes too
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:64]}.", suffix=".tmp", dir=real.parent)
     except OSError as exc:
-        raise QkvError(f"cannot write {str(p)!r}: {exc.strerror or exc}") from None
+        raise _refuse(path, exc.strerror or str(exc)) from None
     try:
         with os.fdopen(fd, mode) as handle:
             yield handle
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
-        os.replace(tmp, p)
+        os.chmod(tmp, keep)  # mkstemp makes 0600: give the file its old mode, or the usual one
+        os.replace(tmp, real)
     except OSError as exc:
         _remove(tmp)
-        raise QkvError(f"cannot write {str(p)!r}: {exc.strerror or exc}") from None
+        raise _refuse(path, exc.strerror or str(exc)) from None
     except BaseException:
         _remove(tmp)
         raise

@@ -95,7 +95,7 @@ def arrays(gen: Result) -> dict:
             "prompt_len": np.int64(gen.prompt_len), "model": np.array(gen.model.name)}  # fmt: skip
 
 
-def save_heatmap(gen: Result, heads, path, layer: int | None = None) -> str:
+def save_heatmap(gen: Result, heads, path, layer: int | None = None, scale: str = "linear") -> str:
     """Rows: the written tokens; columns: every token so far; a cell is what the writing query gave that key."""
     from qkv_cli.views.figures import draw_grid, save_figure
 
@@ -107,6 +107,7 @@ def save_heatmap(gen: Result, heads, path, layer: int | None = None) -> str:
     which = f"layer {gen.model.n_layers - 1 if layer is None else layer}, " + (
         "heads averaged" if len(heads) == gen.step_attentions.shape[2] else "heads " + ",".join(map(str, heads))
     )
-    title = f"{clean(gen.model.name)}: what each written token read ({which})"
-    save_figure(draw_grid([("generation", w, masked)], rows, gen.labels[:n], title), path)
+    title = f"{clean(gen.model.name)}: what each written token read"
+    subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}; kernel={gen.kernel}"
+    save_figure(draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale), path)
     return str(path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from qkv_cli.core.result import Result
-from qkv_cli.views.describe import ablation_line, settings_line
+from qkv_cli.views.describe import ablation_line, figure_title, settings_line
 
 
 def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
@@ -44,9 +44,12 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
         print(f"saved {save(export.layer_arrays(result), save_npz)}", file=sys.stderr)
 
 
-def heatmap_layer(result: Result, heads, path) -> str:
+def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
     from qkv_cli.views.figures import draw_grid, save_figure
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
-    save_figure(draw_grid(panels, result.labels, result.key_labels, settings_line(result)), path)
+    if len(heads) == 1:
+        panels = [("", *panels[0][1:])]
+    title = figure_title(result, heads)
+    save_figure(draw_grid(panels, result.labels, result.key_labels, title, settings_line(result), scale), path)
     return str(path)

@@ -16,11 +16,11 @@ RENDERERS = {
     ),
 }
 HEATMAPS = {
-    Kind.DENSE: lambda result, heads, path, layer: layer.heatmap_layer(result, heads, path),
-    Kind.LAYER: lambda result, heads, path, layer: layer.heatmap_layer(result, heads, path),
-    Kind.BAND: lambda result, heads, path, layer: band.save_heatmap(result, heads, path),
-    Kind.MODEL: lambda result, heads, path, layer: model.save_heatmap(result, heads, layer is not None, path),
-    Kind.GENERATION: lambda result, heads, path, layer: generate.save_heatmap(result, heads, path, layer),
+    Kind.DENSE: lambda result, heads, path, at: layer.heatmap_layer(result, heads, path),
+    Kind.LAYER: lambda result, heads, path, at: layer.heatmap_layer(result, heads, path),
+    Kind.BAND: lambda result, heads, path, at: band.save_heatmap(result, heads, path),
+    Kind.MODEL: lambda result, heads, path, at: model.save_heatmap(result, heads, at is not None, path),
+    Kind.GENERATION: lambda result, heads, path, at: generate.save_heatmap(result, heads, path, at),
 }
 
 

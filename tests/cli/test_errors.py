@@ -47,7 +47,7 @@ SIZES = [
     (["shapes", "--d", "99999999"], ["d (99999999)", "at most"]),
     (["run", "hi", "--tau", str(10**30)], [f"tau ({10**30})", "at most 1048576"]),
     (["heatmap", "hi", "--tau", str(10**30)], [f"tau ({10**30})", "at most 1048576"]),
-    (["heatmap", "hi", "--d", "64", "--tau", "64"], ["64 heads", "at most 16", "--head"]),
+    (["heatmap", "hi", "--d", "64", "--tau", "64"], ["64 panels", "at most 16", "--head"]),
     (["mask", "the cat", "--pad-to", "100000"], ["100000 x 100000", "at most 4194304", "--pad-to"]),
     (["mask", "the cat", "--pad-to", str(10**15)], [str(10**15), "at most 4194304"]),
 ]
