@@ -65,6 +65,8 @@ class Settings:
 
     def __post_init__(self):
         check_sizes(self.d, self.tau, self.kv_heads)
+        if not 0 <= self.seed < 2**63:
+            raise QkvError(f"--seed {self.seed} is out of range: use 0 .. 2**63 - 1")
         if self.ablate is not None:
             check_choice("--ablate", self.ablate, ABLATE)
         check_choice("--ablate-with", self.ablate_with, ABLATE_WITH)

@@ -29,6 +29,9 @@ def read_config(keys) -> dict:
         raise QkvError(
             f"{keys.where}: position_embedding_type {keys.raw['position_embedding_type']!r} is not supported"
         )
+    types = keys.int("type_vocab_size", 2)
+    if types < 1:
+        raise QkvError(f"{keys.where}: 'type_vocab_size' must be at least 1 (BERT adds token type 0 to every token)")
     return {
         "n_layers": keys.int("num_hidden_layers"),
         "n_heads": keys.int("num_attention_heads"),
@@ -36,7 +39,7 @@ def read_config(keys) -> dict:
         "d_ff": keys.int("intermediate_size"),
         "vocab_size": keys.int("vocab_size"),
         "max_positions": keys.int("max_position_embeddings"),
-        "type_vocab_size": keys.int("type_vocab_size", 2),
+        "type_vocab_size": types,
         "norm_eps": keys.number("layer_norm_eps", 1e-12),
         "activation": keys.str("hidden_act", "gelu"),
     }

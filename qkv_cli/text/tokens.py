@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - typing only
 __all__ = ["BPE_PATH", "TOKENIZER_NAMES", "WORD_PATTERN", "Tokens", "encode", "label_of", "load_tokenizer", "tokenize"]
 
 TOKENIZER_NAMES = ("word", "bpe")
+MAX_TOKENIZER_BYTES = 512 * 2**20  # the largest real tokenizer.json files are tens of MB
+MAX_LABEL = 200  # a label longer than this is cut (a 100,000-character token would stall every view)
 BPE_PATH = Path(__file__).parent / "data" / "bpe_tokenizer.json"
 
 # The `word` tokenizer: split on whitespace, then keep words (with inner apostrophes: "didn't", "it's"),
@@ -94,7 +96,9 @@ def encode(tok: Tokenizer, text: str, add_special_tokens: bool = False) -> Token
     _check_text(text)
     try:
         enc = tok.encode(text, add_special_tokens=add_special_tokens)
-    except Exception as exc:  # tokenizers raises plain Exception subclasses from Rust
+    except BaseException as exc:  # Rust errors, and panics of a hostile regex (PanicException: a BaseException)
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
         raise QkvError(f"the tokenizer failed on the text {_preview(text)}: {_first_line(exc)}") from None
     strings = tuple(enc.tokens)
     if len(strings) - sum(enc.special_tokens_mask) == 0:
@@ -165,17 +169,18 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Tokenizer:
     """Read and parse one tokenizer.json; the cache key includes mtime and size so an edited file reloads."""
     from tokenizers import Tokenizer
 
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise QkvError(f"cannot read tokenizer file '{path}': {exc.strerror or exc}") from None
+    from qkv_cli.files import read_regular
+
+    raw = read_regular(Path(path), MAX_TOKENIZER_BYTES, "tokenizer file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise QkvError(f"tokenizer file '{path}' is not UTF-8 text (bad byte at offset {exc.start})") from None
     try:
         tok = Tokenizer.from_str(text)
-    except Exception as exc:  # tokenizers raises plain Exception from Rust; diagnose it with the json module
+    except BaseException as exc:  # Rust errors and panics (PanicException is a BaseException): one line each
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
         raise QkvError(_diagnose(path, text, exc)) from None
     tok.no_padding()
     tok.no_truncation()
@@ -244,6 +249,8 @@ def _label(s: str, byte_level: bool, covered: str = "") -> str:
         s = s[2:]
     s = s.replace("▁", " ")
     stripped = s.strip()
+    if len(stripped) > MAX_LABEL:
+        return stripped[: MAX_LABEL - 1] + "…"
     if stripped:
         return stripped
     return "".join(_VISIBLE.get(c, "␣") for c in s) if s else "∅"

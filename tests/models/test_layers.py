@@ -83,20 +83,6 @@ def test_erf_is_odd_bounded_and_matches_math(v):
     assert abs(got[0] - math.erf(v)) <= np.spacing(abs(math.erf(v)))
 
 
-def test_erf_is_much_faster_than_math_erf_per_element():
-    import time
-
-    x = np.random.default_rng(0).standard_normal((128, 1536)) * 2
-    slow = np.frompyfunc(math.erf, 1, 1)
-    best = {"ours": math.inf, "math.erf": math.inf}
-    for _ in range(3):  # the best of three: robust to a busy machine
-        for name, fn in (("ours", erf), ("math.erf", slow)):
-            t0 = time.perf_counter()
-            fn(x)
-            best[name] = min(best[name], time.perf_counter() - t0)
-    assert best["ours"] * 2 < best["math.erf"], best
-
-
 def test_erf_is_monotone():
     x = np.linspace(-7, 7, 100_001)
     assert np.all(np.diff(erf(x)) >= 0)
