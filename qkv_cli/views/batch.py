@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 
@@ -19,17 +18,17 @@ def emit(batch, show, heads, precision, fmt, save_npz=None) -> None:
         doc = {
             "padded_length": max(batch.lengths),
             "lengths": batch.lengths,
-            "sentences": [json.loads(export.to_json(r, show, heads)) for r in batch.items],
+            "sentences": [export.json_doc(r, show, heads) for r in batch.items],
         }
-        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+        export.write_json(doc, sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "csv":
-        out_rows = []
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(["sentence", *export.CSV_HEADER])
         for b, r in enumerate(batch.items):
-            lines = export.to_csv(r, show, heads).splitlines()
-            if b == 0:
-                out_rows.append("sentence," + lines[0])
-            out_rows += [f"{b},{line}" for line in lines[1:]]
-        sys.stdout.write("\n".join(out_rows) + "\n")
+            writer.writerows([b, *row] for row in export.csv_rows(r, show, heads))
     else:
         out = console()
         out.print(settings_line(batch.items[0]).split(" ", 1)[1], style="bold")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -32,7 +31,10 @@ def emit(result, head: int, query: int | None, precision: int, fmt: str) -> None
     tr = trace(result, head)
     zoom = None if query is None else query_zoom(tr, query, result)
     if fmt == "json":
-        sys.stdout.write(json.dumps(as_json(result, tr, zoom), allow_nan=False) + "\n")
+        from qkv_cli.views.export import write_json
+
+        write_json(as_json(result, tr, zoom), sys.stdout)
+        sys.stdout.write("\n")
         return
     from qkv_cli.views.console import console
     from qkv_cli.views.describe import settings_line

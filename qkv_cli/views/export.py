@@ -120,6 +120,36 @@ def nan_to_null(obj):
     return obj
 
 
+def write_json(obj, out) -> None:
+    """json.dumps(obj) written piece by piece: arrays row by row (-inf and NaN as null), so a document of every
+    matrix of a long text never exists whole in memory. The same text as json.dumps."""
+    if isinstance(obj, np.ndarray):
+        if obj.ndim <= 1:
+            out.write(json.dumps(nan_to_null(jsonable(obj)), allow_nan=False))
+            return
+        out.write("[")
+        for i, row in enumerate(obj):
+            if i:
+                out.write(", ")
+            write_json(row, out)
+        out.write("]")
+    elif isinstance(obj, dict):
+        out.write("{")
+        for i, (key, value) in enumerate(obj.items()):
+            out.write(", " if i else "")
+            out.write(json.dumps(str(key)) + ": ")
+            write_json(value, out)
+        out.write("}")
+    elif isinstance(obj, list | tuple) and any(isinstance(v, dict | np.ndarray | list) for v in obj):
+        out.write("[")
+        for i, value in enumerate(obj):
+            out.write(", " if i else "")
+            write_json(value, out)
+        out.write("]")
+    else:
+        out.write(json.dumps(obj, allow_nan=False))
+
+
 def json_doc(result: Result, show, heads) -> dict:
     """One attention layer as JSON: tokens, settings, the matrices named by --show for the heads shown."""
     doc = {
@@ -142,12 +172,17 @@ def json_doc(result: Result, show, heads) -> dict:
         arr = getattr(result, key)
         if key in ("Q", "scores", "weights", "heads"):
             arr = arr[list(heads)]
-        doc["matrices"][key] = nan_to_null(jsonable(arr))
+        doc["matrices"][key] = arr  # written row by row (write_json)
+        if key in ("Q", "K") and getattr(result, f"{key}_pre_rope") is not None:  # RoPE: also before rotation
+            pre = getattr(result, f"{key}_pre_rope")
+            doc["matrices"][f"{key}_pre_rope"] = pre[list(heads)] if key == "Q" else pre
     return doc
 
 
 def to_json(result: Result, show, heads) -> str:
-    return json.dumps(json_doc(result, show, heads), allow_nan=False)
+    buf = io.StringIO()
+    write_json(json_doc(result, show, heads), buf)
+    return buf.getvalue()
 
 
 def csv_rows(result: Result, show, heads):

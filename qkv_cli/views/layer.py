@@ -15,9 +15,14 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
     from qkv_cli.views.console import console
 
     if fmt == "json":
-        sys.stdout.write(export.to_json(result, show, heads) + "\n")
+        export.write_json(export.json_doc(result, show, heads), sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "csv":
-        sys.stdout.write(export.to_csv(result, show, heads))
+        import csv
+
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(export.CSV_HEADER)
+        writer.writerows(export.csv_rows(result, show, heads))  # row by row: never the whole text in memory
     else:
         out = console()
         out.print(settings_line(result), style="bold")

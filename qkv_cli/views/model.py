@@ -22,10 +22,11 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         doc.pop("matrices")
         doc["layers"] = {str(l): export.json_doc(r, show, heads)["matrices"] for l, r in run.layers.items()}
         doc["layer_types"] = list(run.layer_types)
-        doc["attentions"] = export.jsonable(run.attentions)
+        doc["attentions"] = run.attentions
         if run.predictions is not None:
             doc.update(predictions_doc(run))
-        sys.stdout.write(json.dumps(doc, allow_nan=False) + "\n")
+        export.write_json(doc, sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "csv":
         import csv
 
