@@ -80,4 +80,6 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
 
         check_budget(weights.nbytes(np.dtype(dtype).itemsize), max_memory, HINT, what=f"{name}'s weights")
     params = family.prepare(weights, config, np.dtype(dtype))
-    return Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
+    model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
+    model.weights_bytes = weights.nbytes(np.dtype(dtype).itemsize)
+    return model

@@ -68,6 +68,7 @@ class Model:
         self.name = name or config.name or self.path.name
         self.family = family_for(config.family)
         self.metadata: dict = {}  # a GGUF file's metadata (chat template, special tokens ...)
+        self.weights_bytes = 0  # what the weights take in memory, once cast
         self._make_tokenizer = tokenizer
         self._tokenizer = None
 

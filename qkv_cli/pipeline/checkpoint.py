@@ -36,5 +36,6 @@ def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "
     chosen = chosen_layers(model, layers, all_layers) if detail else []
     tokens = model.tokenize(text)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    budget.check_budget(estimate_bytes(model.config, len(tokens), model.dtype, len(chosen)), limit, HINTS)
+    needed = model.weights_bytes + estimate_bytes(model.config, len(tokens), model.dtype, len(chosen))
+    budget.check_budget(needed, limit, HINTS)
     return model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=chosen, kernel=kernel, tokens=tokens)

@@ -88,13 +88,27 @@ def generation(req: Request, model) -> Result:
 
 
 def compute_each(req: Request) -> list[Result]:
-    """One Result per line of --file (one sentence per line), or one Result for TEXT (qkv heads)."""
+    """One Result per line of --file (one sentence per line), or one Result for TEXT (qkv heads). Every Result is
+    kept, so the budget counts all of them before the first runs."""
+    from qkv_cli.core import budget
     from qkv_cli.pipeline import checkpoint, dense
 
     texts = lines(req) if req.file is not None and req.text is None else [read_text(req)]
+    limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     if req.model is not None:
+        from qkv_cli.models import estimate_bytes
+
         model = load_model(req)
+        sizes = [len(model.tokenize(t)) for t in texts]
+        kept = sum(model.config.n_layers * model.config.n_heads * m * m * model.dtype.itemsize for m in sizes)
+        peak = max(estimate_bytes(model.config, m, model.dtype) for m in sizes)
+        budget.check_budget(model.weights_bytes + kept + peak, limit, "fewer or shorter lines, or --dtype float32")
         return [checkpoint.run(model, t, kernel=req.settings.kernel, max_memory=req.max_memory, detail=False)
                 for t in texts]  # fmt: skip
     more = extras(req)
+    if len(texts) > 1:
+        from qkv_cli.text.tokens import tokenize
+
+        total = sum(dense.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
+        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}")
     return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
