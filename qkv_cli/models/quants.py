@@ -40,8 +40,8 @@ def _f16(blocks, start):  # [n, nbytes] -> [n, 1] float32: the fp16 at byte `sta
     return blocks[:, start : start + 2].view(F16).astype(F32)
 
 
-def _unpack(packed, shifts, mask):  # [n, k] uint8 -> [n, len(shifts), k]: (packed >> shift) & mask, per shift
-    return (packed[:, None, :] >> shifts) & np.uint8(mask)
+def _unpack(packed, shifts, mask):  # [..., k] uint8 -> [..., len(shifts), k]: (packed >> shift) & mask, per shift
+    return (packed[..., None, :] >> shifts) & np.uint8(mask)
 
 
 def _q8_0(b, out):  # [n, 34] -> [n, 32]: d * q, q int8
@@ -82,23 +82,22 @@ def _q2_k(b, out):  # [n, 84] -> [n, 256]: (d * sc) * q - (dmin * m), 16 groups 
     scales = b[:, :16]
     dl = _f16(b, 80) * (scales & np.uint8(0x0F)).astype(F32)
     ml = _f16(b, 82) * (scales >> np.uint8(4)).astype(F32)
-    o = out.reshape(-1, 2, 4, 32)
-    o[:] = _unpack(b[:, 16:80].reshape(-1, 2, 32), PAIRS[:, None], 3).swapaxes(1, 2).swapaxes(1, 2)
+    out.reshape(-1, 2, 4, 32)[:] = _unpack(b[:, 16:80].reshape(-1, 2, 32), PAIRS, 3)
     o = out.reshape(-1, 16, 16)
     o *= dl[:, :, None]
     o -= ml[:, :, None]
 
 
-def _q3_k(b, out):  # [n, 110] -> [n, 256]: (d * (sc - 32)) * (q2 - 4 * !hbit), 16 groups of 16
+def _q3_k(b, out):  # [n, 110] -> [n, 256]: (d * (sc - 32)) * (q - 4 * (1 - hbit)), 16 groups of 16
     s = b[:, 96:108]
     low = _unpack(s[:, :8], NIBBLES, 0x0F).reshape(-1, 16)
     high = _unpack(s[:, 8:], PAIRS, 3).reshape(-1, 16)
     dl = _f16(b, 108) * ((low | (high << np.uint8(4))).astype(np.int8) - np.int8(32)).astype(F32)
-    q = (b[:, None, 32:96].reshape(-1, 2, 1, 32) >> PAIRS[:, None]) & np.uint8(3)  # [n, 2, 4, 32]
+    q = _unpack(b[:, 32:96].reshape(-1, 2, 32), PAIRS, 3).reshape(-1, 8, 32)
     hbit = _unpack(b[:, :32], BITS, 1)  # [n, 8, 32]
-    o = out.reshape(-1, 8, 32)
-    o[:] = q.reshape(-1, 8, 32).astype(np.int8) - ((hbit ^ np.uint8(1)) << np.uint8(2)).astype(np.int8)
-    out.reshape(-1, 16, 16)[:] *= dl[:, :, None]
+    out.reshape(-1, 8, 32)[:] = q.astype(np.int8) - ((hbit ^ np.uint8(1)) << np.uint8(2)).astype(np.int8)
+    o = out.reshape(-1, 16, 16)
+    o *= dl[:, :, None]
 
 
 def _scale_min_k4(s):  # [n, 12] -> [n, 8] scales, [n, 8] mins: 6-bit values packed as ggml's get_scale_min_k4
@@ -115,16 +114,16 @@ def _k_scales(b):  # [n, >=16] -> [n, 8, 1] d * sc, [n, 8, 1] dmin * m
 
 def _q4_k(b, out):  # [n, 144] -> [n, 256]: (d * sc) * q - (dmin * m), 8 groups of 32
     dl, ml = _k_scales(b)
+    out.reshape(-1, 4, 2, 32)[:] = _unpack(b[:, 16:].reshape(-1, 4, 32), NIBBLES, 0x0F)
     o = out.reshape(-1, 8, 32)
-    o.reshape(-1, 4, 2, 32)[:] = _unpack(b[:, 16:].reshape(-1, 4, 32), NIBBLES[:, None], 0x0F).swapaxes(1, 2)
     o *= dl
     o -= ml
 
 
 def _q5_k(b, out):  # [n, 176] -> [n, 256]: (d * sc) * q - (dmin * m), q = nibble | bit << 4, 8 groups of 32
     dl, ml = _k_scales(b)
+    ql = _unpack(b[:, 48:].reshape(-1, 4, 32), NIBBLES, 0x0F).reshape(-1, 8, 32)
     o = out.reshape(-1, 8, 32)
-    ql = _unpack(b[:, 48:].reshape(-1, 4, 32), NIBBLES[:, None], 0x0F).swapaxes(1, 2).reshape(-1, 8, 32)
     o[:] = ql | (_unpack(b[:, 16:48], BITS, 1) << np.uint8(4))
     o *= dl
     o -= ml
@@ -132,10 +131,11 @@ def _q5_k(b, out):  # [n, 176] -> [n, 256]: (d * sc) * q - (dmin * m), q = nibbl
 
 def _q6_k(b, out):  # [n, 210] -> [n, 256]: (d * sc) * (q - 32), sc int8, 16 groups of 16
     dl = _f16(b, 208) * b[:, 192:208].view(np.int8).astype(F32)
-    ql = _unpack(b[:, :128].reshape(-1, 2, 64), NIBBLES[:, None], 0x0F).swapaxes(1, 2).reshape(-1, 8, 32)
-    qh = _unpack(b[:, 128:192].reshape(-1, 2, 32), PAIRS[:, None], 3).swapaxes(1, 2).reshape(-1, 8, 32)
+    ql = _unpack(b[:, :128].reshape(-1, 2, 64), NIBBLES, 0x0F).reshape(-1, 8, 32)
+    qh = _unpack(b[:, 128:192].reshape(-1, 2, 32), PAIRS, 3).reshape(-1, 8, 32)
     out.reshape(-1, 8, 32)[:] = (ql | (qh << np.uint8(4))).astype(np.int8) - np.int8(32)
-    out.reshape(-1, 16, 16)[:] *= dl[:, :, None]
+    o = out.reshape(-1, 16, 16)
+    o *= dl[:, :, None]
 
 
 KERNELS = {  # name -> kernel(blocks [n, nbytes] uint8, out [n, block] float32), filling out in place
@@ -152,7 +152,8 @@ def dequantize(raw: np.ndarray, kind: str, shape) -> np.ndarray:  # [nbytes] uin
     count = 1
     for x in shape:
         count *= int(x)
-    if count % block or raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != count // block * nbytes:
+    row = int(shape[-1]) if len(shape) else 1  # ggml quantizes along rows: a row is whole blocks
+    if row % block or raw.dtype != np.uint8 or raw.ndim != 1 or raw.size != count // block * nbytes:
         raise QkvError(f"{raw.size} bytes of {kind} cannot hold a tensor of shape {tuple(shape)}")
     if kind == "F32":
         return raw.view("<f4").reshape(shape)
