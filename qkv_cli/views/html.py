@@ -1,0 +1,150 @@
+"""`qkv view`: one self-contained HTML page of a run: head view, model view, matrix view, per-head summary.
+
+The page is qkv_cli/views/page/view.html with its CSS and JavaScript inlined and the run's data (html_data) as one
+JSON script element: no network access of any kind (a Content-Security-Policy forbids it), so it opens from
+file:// anywhere. The data is escaped for a script element (no '<', '>' or '&' survives), and every label is set
+in the page as text, never as markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import json
+import re
+
+from qkv_cli.core.result import Kind, Result
+from qkv_cli.errors import QkvError
+from qkv_cli.views import html_data
+
+SUFFIXES = (".html", ".htm")
+SCRIPTS = ("data.js", "draw.js", "headview.js", "matrix.js", "modelview.js", "ui.js")
+_MARK = re.compile(r"\{\{(CSP|TITLE|CSS|DATA|JS)\}\}")
+
+
+def check_page_path(path) -> None:
+    """Before any work: the page can be written there."""
+    from qkv_cli.views.files import check_output_path
+
+    check_output_path(path, SUFFIXES)
+
+
+def asset(name: str) -> str:
+    from importlib.resources import files
+
+    return files("qkv_cli.views").joinpath("page", name).read_text(encoding="utf-8")
+
+
+def code() -> tuple[str, str]:
+    """The page's CSS and JavaScript, as inlined."""
+    return asset("view.css"), "\n".join(asset(name) for name in SCRIPTS)
+
+
+def _one_layer_meta(r: Result, layer_name: str) -> dict:
+    from qkv_cli.core.gqa import kv_heads_of
+    from qkv_cli.views.describe import settings_line
+
+    return {"run": settings_line(r), "L": 1, "tau": r.tau, "G": r.G, "kv": kv_heads_of(r.tau, r.G).tolist(),
+            "layerNames": [layer_name], "detail": [0], "cross": r.is_cross}  # fmt: skip
+
+
+def dense_page(r: Result) -> dict:
+    name = str(r.model.layer) if r.model is not None else ""
+    title = f"{r.model.name}: layer {r.model.layer}" if r.model is not None else "qkv: attention weights"
+    return {"title": title, **_one_layer_meta(r, name), "sentences": [html_data.dense_sentence(r)]}
+
+
+def model_page(run: Result) -> dict:
+    from qkv_cli.core.gqa import kv_heads_of
+
+    first, info = run.first_layer(), run.model
+    L, tau = run.attentions.shape[:2]
+    types = [t.replace("_attention", "") for t in run.layer_types] or [""] * L
+    mask = "causal" if info.causal else "bidirectional"
+    line = (f"{info.name} ({info.family}) L={L} tau={tau}" + (f" G={first.G}" if first.G != tau else "")
+            + f" d={first.d} d_k={first.d_k} m={len(run.labels)} {mask} kernel={run.kernel} {first.dtype}")  # fmt: skip
+    return {"title": f"{info.name}: attention", "run": line, "L": L, "tau": tau, "G": first.G,
+            "kv": kv_heads_of(tau, first.G).tolist(), "layerNames": [f"{l}" + (f" ({t})" if t else "")
+                                                                     for l, t in enumerate(types)],
+            "detail": sorted(run.layers), "cross": False, "sentences": [html_data.model_sentence(run)]}  # fmt: skip
+
+
+def band_page(r: Result) -> dict:
+    meta = _one_layer_meta(r, "")
+    meta.update(
+        detail=[],
+        band=int(r.band.shape[-1]),
+        notes=[
+            f"A long document under a window: only the band was computed; slot t of query i is key i - n_c + 1 + t, "
+            f"n_c = {int(r.band.shape[-1])}. Keys outside the window have weight 0 (their mask entry is -inf)."
+        ],
+    )
+    return {"title": "qkv: attention in a sliding window", **meta, "sentences": [html_data.band_sentence(r)]}
+
+
+def batch_page(batch: Result) -> dict:
+    first = batch.items[0]
+    meta = _one_layer_meta(first, "")
+    L = max(batch.lengths)
+    meta["run"] = meta["run"].split(" ", 1)[1] + f" batch of {len(batch.items)} sentences padded to {L} tokens"
+    sentences = [html_data.dense_sentence(r, f"{b}: {' '.join(r.labels)} (m={m}, +{L - m} pads)")
+                 for b, (r, m) in enumerate(zip(batch.items, batch.lengths, strict=True))]  # fmt: skip
+    meta["notes"] = [
+        f"A padded batch: every sentence was padded to {L} tokens and its pad keys masked; each is shown "
+        "without its pads, so its weights equal a run of that sentence alone."
+    ]
+    return {"title": "qkv: attention in a padded batch", **meta, "sentences": sentences}
+
+
+PAGES = {Kind.DENSE: dense_page, Kind.LAYER: dense_page, Kind.MODEL: model_page, Kind.BAND: band_page,
+         Kind.BATCH: batch_page}  # fmt: skip
+
+
+def page_data(result: Result) -> dict:
+    """Everything the page shows, by the Result's kind (see html_data for the encoding)."""
+    if result.kind not in PAGES:
+        raise QkvError(f"qkv view cannot show a {result.kind.value} run: it shows {', '.join(k.value for k in PAGES)}")
+    from qkv_cli.views.html_stats import role_short
+
+    doc = {
+        "version": 1,
+        "kind": result.kind.value,
+        "band": 0,
+        "notes": [],
+        "roleShort": role_short(),
+        **PAGES[result.kind](result),
+    }
+    doc["title"], doc["run"] = html_data.label(doc["title"]), html_data.label(doc["run"])
+    return doc
+
+
+def script_json(doc: dict) -> str:
+    """JSON that cannot end its script element or open a comment: '<', '>' and '&' as \\u escapes."""
+    text = json.dumps(doc, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _sha256(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
+
+
+def render(result: Result) -> str:
+    """The whole page as one string."""
+    doc = page_data(result)
+    css, js = code()
+    # nothing may be fetched: no default source; only this page's own script and style (by their hashes) run
+    csp = f"default-src 'none'; script-src {_sha256(js)}; style-src {_sha256(css)}; base-uri 'none'; form-action 'none'"
+    values = {"CSP": csp, "TITLE": html.escape(doc["title"]), "CSS": css, "DATA": script_json(doc), "JS": js}
+    return _MARK.sub(lambda m: values[m.group(1)], asset("view.html"))  # one pass: inserted text is never rescanned
+
+
+def save_page(result: Result, path) -> str:
+    """Write the page atomically; return a one-line description of what was written."""
+    from qkv_cli.core.budget import human
+    from qkv_cli.views.files import atomic_write
+
+    data = render(result).encode("utf-8")
+    with atomic_write(path) as handle:
+        handle.write(data)
+    return f"wrote {path} ({human(len(data))}, one self-contained page: open it in a browser)"

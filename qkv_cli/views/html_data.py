@@ -1,0 +1,119 @@
+"""What the page of `qkv view` stores, packed compactly; qkv_cli/views/page/data.js decodes it.
+
+- Weights alpha in [0, 1]: 12-bit fixed point q = round(4095 alpha), two weights in three bytes (|error| <= 1/8190).
+- Where a layer kept its scores S (the run's detail layers), S is stored instead of alpha: float16 of S_it minus
+  the row's max over the allowed keys, plus that max per row in float32. The page computes
+  alpha = Softmax(S + Mask) row by row from them, so one stored number per cell gives both the score and the
+  weight. The reconstruction is checked here against the computed weights; a layer that misses by more than
+  TOLERANCE stores its 12-bit weights as well (the page then shows those).
+- Masks: one bit per cell (1 = removed, -inf), each distinct grid stored once.
+- Everything binary is base64, little-endian. Labels are text from files: control characters are stripped here,
+  and the page puts them into the document as text only (never as markup).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import numpy as np
+
+LEVELS = 4095  # 12-bit fixed point
+TOLERANCE = 5e-4  # the largest |Softmax(stored S + Mask) - alpha| accepted before the weights are stored too
+F16_MAX = 65504.0
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def label(text) -> str:
+    """A label as the page shows it: control characters (escape sequences, NUL, newlines) removed."""
+    text = _CONTROL.sub("", str(text))
+    return text if text.strip() else "\ufffd"
+
+
+def b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+def pack12(weights) -> str:  # [...] in [0, 1] -> base64 of q = round(4095 w), 3 bytes per pair, row-major
+    q = np.rint(np.clip(np.asarray(weights, dtype=np.float64).ravel(), 0.0, 1.0) * LEVELS).astype(np.uint16)
+    if q.size % 2:
+        q = np.append(q, np.uint16(0))
+    a, b = q[0::2], q[1::2]
+    out = np.empty((a.size, 3), dtype=np.uint8)
+    out[:, 0] = a >> 4
+    out[:, 1] = ((a & 15) << 4) | (b >> 8)
+    out[:, 2] = b & 255
+    return b64(out.tobytes())
+
+
+def bits(masked) -> str:  # [m, n] bool -> base64 of one bit per cell, row-major, least significant bit first
+    return b64(np.packbits(np.asarray(masked, dtype=bool).ravel(), bitorder="little").tobytes())
+
+
+def relative_scores(scores, masked):  # [tau, m, n], [m, n] -> S - row max (float16), row max [tau, m] (float32)
+    """Each row relative to its largest allowed score (a row with every key masked: to its largest score)."""
+    S = np.asarray(scores, dtype=np.float64)
+    allowed = np.where(masked[None], -np.inf, S)
+    top = allowed.max(axis=-1)
+    top = np.where(np.isfinite(top), top, S.max(axis=-1))
+    rel = np.clip(S - top[..., None], -F16_MAX, F16_MAX).astype(np.float16)
+    return rel, top.astype(np.float32)
+
+
+def softmax_rows(rel, masked):  # [tau, m, n] float16 S - max, [m, n] -> what the page computes: Softmax(S + Mask)
+    x = np.where(masked[None], -np.inf, rel.astype(np.float64))  # allowed cells are <= 0: exp never overflows
+    e = np.exp(x)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def layer(weights, scores=None, masked=None) -> dict:
+    """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights."""
+    entry = {}
+    if scores is not None:
+        rel, top = relative_scores(scores, masked)
+        entry = {"s": b64(rel.astype("<f2").tobytes()), "top": b64(top.astype("<f4").tobytes())}
+        if np.abs(softmax_rows(rel, masked) - np.asarray(weights, dtype=np.float64)).max(initial=0.0) <= TOLERANCE:
+            return entry
+    entry["w"] = pack12(weights)
+    return entry
+
+
+def sentence(name, queries, keys, layers, masks, stats) -> dict:
+    """One sentence of the page: its labels, one entry per layer, its masks (masks[l]: the grid of layer l)."""
+    grids, index = [], []
+    for grid in masks:
+        packed = bits(grid)
+        if packed not in grids:
+            grids.append(packed)
+        index.append(grids.index(packed))
+    if stats.get("roles"):
+        stats["roles"] = [[label(r) for r in row] for row in stats["roles"]]
+    return {"name": label(name[:160]), "tokens": [label(t) for t in queries], "keys": [label(t) for t in keys],
+            "layers": layers, "masks": grids, "maskOf": index, "stats": stats}  # fmt: skip
+
+
+def dense_sentence(r, name: str = "") -> dict:
+    """A DENSE (or LAYER) Result: one layer, its scores kept (the page derives the weights from them)."""
+    from qkv_cli.views.html_stats import layer_stats
+
+    masked = r.masked
+    return sentence(name or " ".join(r.labels), r.labels, r.key_labels, [layer(r.weights, r.scores, masked)],
+                    [masked], layer_stats(r))  # fmt: skip
+
+
+def model_sentence(run) -> dict:
+    """A MODEL Result: every layer's weights; scores where the run kept a layer in detail."""
+    from qkv_cli.views.html_stats import model_stats
+
+    L = run.attentions.shape[0]
+    masks = [run.layers[l].masked if l in run.layers else run.layer_masked(l) for l in range(L)]
+    layers = [layer(run.attentions[l], run.layers[l].scores if l in run.layers else None, masks[l]) for l in range(L)]
+    return sentence(" ".join(run.labels), run.labels, run.labels, layers, masks, model_stats(run))
+
+
+def band_sentence(r) -> dict:
+    """A BAND Result: weights_band[j, i, t] (query i on key i - n_c + 1 + t), 12-bit; no scores, no grid."""
+    from qkv_cli.views.html_stats import band_stats
+
+    return sentence(" ".join(r.labels[:12]), r.labels, r.labels, [{"w": pack12(r.band)}], [], band_stats(r))

@@ -1,0 +1,148 @@
+"use strict";
+// qkv view: the page's data, written by qkv_cli/views/html_data.py, decoded here (no network, no library).
+//   weights: 12-bit fixed point, two per three bytes, alpha = q / 4095
+//   scores:  float16 of S - (the row's max over allowed keys), and that max per row in float32; where a layer
+//            kept its scores, alpha = Softmax(S + Mask) is computed from them, row by row
+//   masks:   one bit per cell, least significant bit first, 1 = removed (-inf)
+//   band:    a long document under a window stores tau x m x n_c: slot t of query i is key i - n_c + 1 + t
+
+function bytesOf(text) {
+  if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(text);
+  const s = atob(text), out = new Uint8Array(s.length);
+  for (let k = 0; k < s.length; k++) out[k] = s.charCodeAt(k);
+  return out;
+}
+
+function unpack12(text, count) {
+  const b = bytesOf(text), out = new Float32Array(count);
+  for (let k = 0, p = 0; k < count; k += 2, p += 3) {
+    out[k] = ((b[p] << 4) | (b[p + 1] >> 4)) / 4095;
+    if (k + 1 < count) out[k + 1] = (((b[p + 1] & 15) << 8) | b[p + 2]) / 4095;
+  }
+  return out;
+}
+
+let HALF = null;
+function halfTable() {  // every float16 bit pattern -> its value
+  if (HALF) return HALF;
+  HALF = new Float32Array(65536);
+  for (let h = 0; h < 65536; h++) {
+    const sign = h & 0x8000 ? -1 : 1, e = (h >> 10) & 31, f = h & 1023;
+    HALF[h] = e === 0 ? sign * f * 2 ** -24 : e === 31 ? (f ? NaN : sign * Infinity) : sign * (1 + f / 1024) * 2 ** (e - 15);
+  }
+  return HALF;
+}
+
+function halves(text) {
+  const b = bytesOf(text), t = halfTable(), out = new Float32Array(b.length >> 1);
+  for (let k = 0; k < out.length; k++) out[k] = t[b[2 * k] | (b[2 * k + 1] << 8)];
+  return out;
+}
+
+function floats(text) {
+  const b = bytesOf(text), v = new DataView(b.buffer, b.byteOffset, b.byteLength), out = new Float32Array(b.length >> 2);
+  for (let k = 0; k < out.length; k++) out[k] = v.getFloat32(4 * k, true);
+  return out;
+}
+
+function maskBits(text, count) {
+  const b = bytesOf(text), out = new Uint8Array(count);
+  for (let k = 0; k < count; k++) out[k] = (b[k >> 3] >> (k & 7)) & 1;
+  return out;
+}
+
+function softmaxRows(rel, masked, tau, m, n) {  // alpha = Softmax(S + Mask) from S - max: allowed cells are <= 0
+  const out = new Float32Array(rel.length);
+  for (let h = 0; h < tau; h++) {
+    for (let i = 0; i < m; i++) {
+      const base = (h * m + i) * n, row = i * n;
+      let total = 0;
+      for (let j = 0; j < n; j++) {
+        if (masked[row + j]) continue;
+        const e = Math.exp(rel[base + j]);
+        out[base + j] = e;
+        total += e;
+      }
+      if (total > 0) for (let j = 0; j < n; j++) out[base + j] /= total;  // a row with every key masked stays 0
+    }
+  }
+  return out;
+}
+
+class Sentence {  // one text (a batch has several): its labels and every layer's weights, decoded when first used
+  constructor(raw, doc) {
+    this.name = raw.name;
+    this.tokens = raw.tokens;
+    this.keyTokens = raw.keys;
+    this.m = raw.tokens.length;
+    this.n = raw.keys.length;
+    this.L = doc.L;
+    this.tau = doc.tau;
+    this.nc = doc.band || 0;
+    this.cols = this.nc || this.n;  // stored cells per query row
+    this.raw = raw.layers;
+    this.stats = raw.stats;
+    this.grids = raw.masks.map((t) => maskBits(t, this.m * this.n));
+    this.maskOf = raw.maskOf;
+    this.W = new Array(this.L).fill(null);
+    this.S = new Array(this.L).fill(null);
+    this.top = new Array(this.L).fill(null);
+    this.scoreTop = new Array(this.L).fill(null);
+  }
+
+  load(l) {
+    if (this.W[l]) return;
+    const e = this.raw[l], m = this.m, size = this.tau * m * this.cols;
+    if (e.s) {
+      const rel = halves(e.s), top = floats(e.top), S = new Float32Array(size), n = this.cols;
+      for (let r = 0; r < this.tau * m; r++) for (let j = 0; j < n; j++) S[r * n + j] = rel[r * n + j] + top[r];
+      this.S[l] = S;
+      this.scoreTop[l] = top;
+      if (!e.w) this.W[l] = softmaxRows(rel, this.mask(l), this.tau, m, n);
+    }
+    if (e.w) this.W[l] = unpack12(e.w, size);
+  }
+
+  weights(l) { this.load(l); return this.W[l]; }
+  mask(l) { return this.nc ? null : this.grids[this.maskOf[l]]; }
+  hasScores(l) { return Boolean(this.raw[l].s); }
+
+  rowMax(l) {  // the largest weight of every row: for "weight / row max"
+    if (!this.top[l]) {
+      const W = this.weights(l), c = this.cols, out = new Float32Array(this.tau * this.m);
+      for (let r = 0; r < out.length; r++) {
+        let best = 0;
+        for (let t = 0; t < c; t++) if (W[r * c + t] > best) best = W[r * c + t];
+        out[r] = best;
+      }
+      this.top[l] = out;
+    }
+    return this.top[l];
+  }
+
+  slot(i, j) {  // where key j sits in query i's stored row (-1: outside the window)
+    if (!this.nc) return j;
+    const t = j - i + this.nc - 1;
+    return t >= 0 && t < this.nc ? t : -1;
+  }
+
+  keyOf(i, t) { return this.nc ? i - this.nc + 1 + t : t; }  // the key of stored cell t (band: < 0 before the text)
+
+  at(l, h, i, t) { return this.weights(l)[(h * this.m + i) * this.cols + t]; }
+
+  weight(l, h, i, j) { const t = this.slot(i, j); return t < 0 ? 0 : this.at(l, h, i, t); }
+
+  score(l, h, i, t) { this.load(l); const S = this.S[l]; return S ? S[(h * this.m + i) * this.cols + t] : null; }
+
+  scoreDecimals(l, h, i, t) {  // float16 keeps ~3 significant digits of the distance to the row's largest score
+    const rel = Math.abs(this.score(l, h, i, t) - this.scoreTop[l][h * this.m + i]);
+    return Math.max(0, Math.min(3, 3 - Math.ceil(Math.log10(rel + 1e-9))));
+  }
+
+  masked(l, i, t) {  // stored cell t of query i: removed by the mask (band: a slot before the text)
+    return this.nc ? this.keyOf(i, t) < 0 : this.mask(l)[i * this.n + t] === 1;
+  }
+}
+
+const DOC = JSON.parse(document.getElementById("qkv-data").textContent);
+const SENTENCES = DOC.sentences.map((raw) => new Sentence(raw, DOC));
