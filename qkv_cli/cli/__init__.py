@@ -2,8 +2,10 @@
 command (commands.py). Nothing imports this package; it imports everything it needs lazily, inside commands."""
 
 from qkv_cli.cli import (
+    attribute,  # noqa: E402,F401  (qkv attribute: rollout, value norms, value zeroing)
     commands,  # noqa: E402,F401  (registers the commands on `app`)
     generate,  # noqa: E402,F401
+    view,  # noqa: E402,F401  (qkv view: the HTML page)
 )
 from qkv_cli.cli.app import app, fail, main
 

@@ -10,6 +10,7 @@ from qkv_cli.cli.options import (
     BUDGET,
     CHECKPOINT,
     CROSS,
+    DETECTORS,
     GENERATION,
     MASKS,
     PREDICTION,
@@ -26,10 +27,12 @@ from qkv_cli.cli.options import (
     FileOpt,
     Format,
     FormatOpt,
+    HeadFusionOpt,
     HeadOpt,
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
+    MethodOpt,
     ModelOpt,
     MOpt,
     NOpt,
@@ -88,15 +91,23 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
 @app.command(epilog="Example: qkv heatmap --causal --heads 4 --out causal.png")
 @takes(*DRAWN)
-def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png"):
-    """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample."""
+def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png",
+            method: MethodOpt = None, head_fusion: HeadFusionOpt = None):  # fmt: skip
+    """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
+
+    With --method, the layer's weights beside that attribution (see qkv attribute)."""
+    from qkv_cli.pipeline.attribution import attributed_heads
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.figures import check_image_path
     from qkv_cli.views.run import save_heatmap
 
-    req = request(opts, text, sample(), band=True)
+    req = request(opts, text, sample(), band=True, method=method and method.value,
+                  head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
-    check_image_path(out, len(heads) if model is None or (opts.layer and not req.generate) else 1)
+    if method is not None:  # the weights, the attribution, and per-head panels only when asked
+        heads = attributed_heads(req.method, head, heads)
+    one = method is None and model is not None and not (opts.layer and not req.generate)
+    check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     typer.echo(save_heatmap(compute(req, model), heads, out, layer=opts.layer[0] if opts.layer else None))
 
 
@@ -164,15 +175,19 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
 
 @app.command(epilog="Example: qkv heads --file sample_texts/coreference.txt --d 64 --tau 4")
-@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, BUDGET)
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, BUDGET, DETECTORS)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
-    """Head roles: entropy, distance, share on self / previous / first token, and a label per head.
+    """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'
+    previous-token, duplicate-token and induction scores, and a label per head.
 
     With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
     from qkv_cli.pipeline.compute import compute_each
     from qkv_cli.views.heads import emit_roles
 
-    emit_roles(compute_each(request(opts, text, sample())), format.value)
+    req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
+    emit_roles(compute_each(req), format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
+               exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
+               seed=req.settings.seed))  # fmt: skip
 
 
 @app.command(epilog="Example: qkv models --format json")

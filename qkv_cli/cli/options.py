@@ -12,6 +12,7 @@ import typer
 
 from qkv_cli.core.kernels import KERNELS
 from qkv_cli.core.settings import ABLATE, ABLATE_WITH, DTYPES, POSITIONS, PROJECTIONS
+from qkv_cli.pipeline.request import FUSIONS, METHODS
 
 
 def choices(name: str, values) -> type[StrEnum]:
@@ -139,3 +140,38 @@ LensOpt = Annotated[
 SAMPLING = [("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 0), ("chat", ChatOpt, False)]
 GENERATION = [("generate", GenerateOpt, None), *SAMPLING]
 PREDICTION = [("predict", PredictOpt, False), ("logit_lens", LensOpt, False)]
+
+# qkv attribute, heatmap --method: attribution beyond the raw weights; qkv heads: TransformerLens' head detectors
+Method = choices("Method", METHODS)
+HeadFusion = choices("HeadFusion", FUSIONS)
+Measure = choices("Measure", ("mul", "abs"))  # core.detectors.MEASURES (a test checks), without importing NumPy
+MethodOpt = Annotated[
+    Method | None,
+    typer.Option("--method", help="rollout (Abnar & Zuidema 2020; needs --model), value-norm (Kobayashi et al. 2020) "
+                 "or value-zeroing (Mohebbi et al. 2023; needs --model)."),
+]  # fmt: skip
+HeadFusionOpt = Annotated[
+    HeadFusion | None,
+    typer.Option("--head-fusion", help="rollout: fuse the heads of a layer by mean (default), max or min."),
+]
+MeasureOpt = Annotated[
+    Measure, typer.Option("--detector-measure", help="Head detectors: mul = sum(alpha P) / sum(alpha), "
+                          "abs = 1 - mean|alpha - P| m.")
+]  # fmt: skip
+ExcludeFirstOpt = Annotated[
+    bool, typer.Option("--exclude-first", help="Head detectors: leave out the weight on the first token (BOS, [CLS]).")
+]
+ExcludeCurrentOpt = Annotated[
+    bool, typer.Option("--exclude-current", help="Head detectors: leave out each query's weight on itself.")
+]
+ProbeOpt = Annotated[
+    int | None,
+    typer.Option("--induction-probe", min=1, help="With --model: N seeded random tokens repeated twice, instead of "
+                 "the text, so induction heads show."),
+]  # fmt: skip
+DetectorsOpt = Annotated[
+    bool, typer.Option("--detectors", help="Also show the next, sink and detector columns for random weights.")
+]
+DETECTORS = [("detector_measure", MeasureOpt, Measure.mul), ("exclude_first", ExcludeFirstOpt, False),
+             ("exclude_current", ExcludeCurrentOpt, False), ("induction_probe", ProbeOpt, None),
+             ("detectors", DetectorsOpt, False)]  # fmt: skip

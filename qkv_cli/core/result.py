@@ -22,6 +22,7 @@ class Kind(StrEnum):
     MODEL = "model"  # a checkpoint's forward pass: every layer's weights, LAYER results for the chosen layers
     BATCH = "batch"  # several sentences padded to one length, one DENSE result each
     GENERATION = "generation"  # a decoder writing: per generated token, its probability and attention rows
+    ATTRIBUTION = "attribution"  # one layer's Result plus how much each key moves each query (rollout, value norms ...)
 
 
 @dataclass
@@ -102,6 +103,13 @@ class Result:
     padded: list = field(default_factory=list)
     items: list = field(default_factory=list)
     lengths: list = field(default_factory=list)
+    # ATTRIBUTION (pipeline.attribution): the attributed layer's Result (weights: its raw alpha) plus these
+    method: str = ""  # rollout, value-norm or value-zeroing
+    attribution: np.ndarray | None = None  # (m, n): rollout R, the layer's value norms, or value-zeroing scores
+    attribution_heads: np.ndarray | None = None  # (tau, m, n) where the method has heads: alpha^h_ij ||f^h(x_j)||
+    value_norms: np.ndarray | None = None  # (tau, n) value-norm: ||f^h(x_j)||, f^h(x) = (x W^h_v + b^h_v) W^h_o
+    head_fusion: str = ""  # rollout: how a layer's heads were fused (mean, max, min)
+    cost: dict | None = None  # value-zeroing: {"passes", "bytes", "layer_pass_bytes"}
 
     @property
     def labels(self) -> list[str]:

@@ -49,6 +49,8 @@ def compute(req: Request, model=None) -> Result:
     from qkv_cli.pipeline import band, batch, checkpoint, dense
 
     s = req.settings
+    if req.method is not None:
+        return attribution(req, model)
     if req.model is not None:
         model = load_model(req) if model is None else model
         if req.generate:
@@ -73,6 +75,17 @@ def compute(req: Request, model=None) -> Result:
     return dense.run(text, s, max_memory=req.max_memory, **more)
 
 
+def attribution(req: Request, model=None) -> Result:
+    """qkv attribute / heatmap --method: rollout, value norms or value zeroing (pipeline.attribution)."""
+    from qkv_cli.pipeline import attribution as method
+    from qkv_cli.pipeline import dense
+
+    method.check(req)
+    if req.model is None:
+        return method.of_layer(dense.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
+    return method.of_model(load_model(req) if model is None else model, read_text(req), req)
+
+
 def generation(req: Request, model) -> Result:
     """The model writes req.generate tokens after the text (wrapped in its chat template with req.chat)."""
     from qkv_cli.pipeline import chat
@@ -93,6 +106,8 @@ def compute_each(req: Request) -> list[Result]:
     from qkv_cli.core import budget
     from qkv_cli.pipeline import checkpoint, dense
 
+    if req.induction_probe:
+        return [induction_probe(req)]
     texts = lines(req) if req.file is not None and req.text is None else [read_text(req)]
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     if req.model is not None:
@@ -112,3 +127,14 @@ def compute_each(req: Request) -> list[Result]:
         total = sum(dense.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
         budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}")
     return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
+
+
+def induction_probe(req: Request) -> Result:
+    """qkv heads --induction-probe N: the checkpoint on N seeded random tokens repeated twice (pipeline.probe)."""
+    from qkv_cli.pipeline import probe
+
+    if req.model is None:
+        raise QkvError("--induction-probe needs --model: it draws tokens from a real checkpoint's vocabulary")
+    if req.text is not None or req.file is not None:
+        raise QkvError("--induction-probe makes its own text: drop TEXT and --file")
+    return probe.run(load_model(req), req.induction_probe, req.settings.seed, req.settings.kernel, req.max_memory)

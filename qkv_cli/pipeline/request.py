@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 
 from qkv_cli.core.settings import Settings
 
+METHODS = ("rollout", "value-norm", "value-zeroing")  # Request.method: here, so that listing them imports no NumPy
+FUSIONS = ("mean", "max", "min")  # Request.head_fusion
+
 
 @dataclass(frozen=True)
 class Request:
@@ -30,6 +33,9 @@ class Request:
     chat: bool = False  # wrap the text in the model's chat template
     predict: bool = False  # the next-token predictions at every position
     logit_lens: bool = False  # ... after every layer
+    method: str | None = None  # qkv attribute / heatmap --method: one of METHODS (pipeline.attribution)
+    head_fusion: str | None = None  # rollout: one of FUSIONS over the heads of a layer (None: mean)
+    induction_probe: int = 0  # qkv heads: N seeded random tokens repeated twice instead of the text (0: the text)
 
     @property
     def from_stdin(self) -> bool:

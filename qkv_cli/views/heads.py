@@ -6,30 +6,44 @@ import csv
 import io
 import json
 import sys
+from collections import Counter
 
 from qkv_cli.core.result import Kind
-from qkv_cli.core.roles import LOCAL_RADIUS, THRESHOLDS, layer_head_stats
+from qkv_cli.core.roles import LOCAL_RADIUS, ROLES, THRESHOLDS, layer_head_stats
 from qkv_cli.errors import QkvError
 from qkv_cli.views.console import clean
 
 
-def emit_roles(results: list, fmt: str) -> None:
-    """`qkv heads`: per layer and head statistics aggregated over the sentences (one Result each)."""
+def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
+    """`qkv heads`: per layer and head statistics aggregated over the sentences (one Result each).
+
+    detect: the detectors' options (measure, exclude_first, exclude_current), "show" (their columns in the table
+    of a random-weights run) and "probe" (the --induction-probe length, for the header)."""
+    detect = dict(detect or {})
+    options = {k: detect.get(k, v) for k, v in (("measure", "mul"), ("exclude_first", False),
+                                                 ("exclude_current", False))}  # fmt: skip
     if results[0].kind == Kind.MODEL:
         run = results[0]
         info = run.model
         header = (f"{clean(info.name)} ({info.family}) L={info.n_layers} tau={run.attentions.shape[1]} "
                   f"d={run.last_hidden_state.shape[1]} kernel={run.kernel}")  # fmt: skip
-        return emit_heads(layer_head_stats([r.attentions for r in results]), fmt, header, len(results))
+        note = ""
+        if detect.get("probe"):
+            note = f"induction probe: {detect['probe']} random tokens (seed {detect.get('seed', 0)}), repeated twice"
+        stats = layer_head_stats([r.attentions for r in results], tokens_list=[r.ids for r in results],
+                                 labels_list=[r.labels for r in results], **options)  # fmt: skip
+        return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note)
     if any(r.is_cross for r in results):
         raise QkvError(
             "qkv heads needs self-attention (self, previous and first token are positions of one text): drop --context"
         )
     from qkv_cli.views.describe import settings_line
 
-    stats = layer_head_stats([r.weights[None] for r in results], [~r.masked for r in results])
+    tokens = [r.tokens.strings if r.tokens.ids is None else r.tokens.ids for r in results]
+    stats = layer_head_stats([r.weights[None] for r in results], [~r.masked for r in results], tokens_list=tokens,
+                             labels_list=[r.labels for r in results], **options)  # fmt: skip
     header = settings_line(results[0]).split(" ", 1)[1]  # without m: lines differ in length
-    emit_heads(stats, fmt, header, len(results))
+    emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options)
 
 
 COLUMNS = [
@@ -43,12 +57,17 @@ COLUMNS = [
     ("local", "local"),
     ("softmax_grad", "grad"),
 ]
+DETECTOR_COLUMNS = [("next", "next"), ("sink", "sink"), ("previous_token", "tl prev"), ("duplicate_token", "dup"),
+                    ("induction", "ind")]  # fmt: skip
+NEW_ROLES = ("induction", "duplicate-token", "next-token", "sink")
 
 
-def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
+def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bool = False, detectors: bool = False,
+               options: dict | None = None, note: str = "") -> None:  # fmt: skip
     """stats_grid: roles.layer_head_stats output (L x tau). L == 1 prints one row per head; L > 1 adds a
-    layer x head grid of role labels."""
-
+    layer x head grid of role labels. A checkpoint (or detectors=True, or a head with one of NEW_ROLES) adds the
+    next, sink and detector columns; a checkpoint also a line per layer counting its roles."""
+    options = options or {"measure": "mul", "exclude_first": False, "exclude_current": False}
     flat = [s for row in stats_grid for s in row]
     if fmt == "json":
         doc = {
@@ -56,6 +75,8 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
             "sentences": sentences,
             "thresholds": THRESHOLDS,
             "local_radius": LOCAL_RADIUS,
+            "detectors": options,
+            **({"note": note} if note else {}),
             "layers": len(stats_grid),
             "heads": flat,
         }
@@ -64,7 +85,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        names = ["layer", "head"] + [k for k, _ in COLUMNS] + ["role", "rows"]
+        names = ["layer", "head"] + [k for k, _ in COLUMNS + DETECTOR_COLUMNS] + ["sink_token", "role", "rows"]
         writer.writerow(names)
         for s in flat:
             writer.writerow([s[k] if isinstance(s[k], (int, str)) else repr(float(s[k])) for k in names])
@@ -77,9 +98,14 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
 
     out = console()
     out.print(header, style="bold")
+    if note:
+        out.print(note)
     rows = sum(s["rows"] for s in stats_grid[0][:1])
     out.print(f"{sentences} sentence{'s' if sentences != 1 else ''}, {rows} query rows per head")
     layers = len(stats_grid)
+    extended = checkpoint or detectors or any(s["role"] in NEW_ROLES for s in flat)
+    legend = "prev = previous-token, self, first = first-token sink, local, broad, mixed"
+    legend += ", next = next-token, sink, ind = induction, dup = duplicate-token" if extended else ""
     if layers > 1:
         grid = Table(title="Roles: layer x head", box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1))
         grid.add_column("layer", justify="right")
@@ -88,20 +114,49 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int) -> None:
         for layer, row in enumerate(stats_grid):
             grid.add_row(str(layer), *(ROLE_SHORT[s["role"]] for s in row))
         out.print(narrow(grid, out))
-        out.print("prev = previous-token, self, first = first-token sink, local, broad, mixed", style="dim")
-    table = Table(box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
-    if layers > 1:
+        out.print(legend, style="dim")
+    if checkpoint:
+        for layer, row in enumerate(stats_grid):
+            out.print(f"layer {layer}: {role_counts(row)}")
+        out.print()
+    out.print(narrow(head_table(flat, COLUMNS, layers > 1), out))
+    if extended:
+        out.print(narrow(head_table(flat, DETECTOR_COLUMNS, layers > 1, "Next token, sink and detectors"), out))
+    out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
+    if extended:
+        out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")
+
+
+def head_table(flat, columns, by_layer: bool, title=None):
+    """One row per (layer, head): the columns' numbers and the role (a sink names its token)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False, title_justify="left")
+    if by_layer:
         table.add_column("layer", justify="right", no_wrap=True)
     table.add_column("head", justify="right", no_wrap=True)
-    for _, title in COLUMNS:
-        table.add_column(title, justify="right", no_wrap=True)
+    for _, name in columns:
+        table.add_column(name, justify="right", no_wrap=True)
     table.add_column("role", justify="left", no_wrap=True)
     for s in flat:
-        cells = ([str(s["layer"])] if layers > 1 else []) + [str(s["head"])]
-        cells += [f"{s[k]:.2f}" if k in ("entropy", "mean_distance") else f"{s[k]:.3f}" for k, _ in COLUMNS]
-        table.add_row(*cells, s["role"])
-    out.print(narrow(table, out))
-    out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
+        cells = ([str(s["layer"])] if by_layer else []) + [str(s["head"])]
+        cells += [f"{s[k]:.2f}" if k in ("entropy", "mean_distance") else f"{s[k]:.3f}" for k, _ in columns]
+        table.add_row(*cells, s["role"] + (f" ({clean(s['sink_token'])})" if s["role"] == "sink" else ""))
+    return table
+
+
+def role_counts(row) -> str:
+    """'5 first-token sink, 4 mixed, 3 previous-token': how many heads of one layer have each role."""
+    counts = Counter(s["role"] for s in row)
+    return ", ".join(f"{counts[r]} {r}" for r in ROLES if counts[r])
+
+
+def detector_options(options: dict) -> str:
+    parts = [f'"{options["measure"]}" measure']
+    parts += [f"{name} excluded" for key, name in (("exclude_first", "first token"),
+                                                   ("exclude_current", "current token")) if options[key]]  # fmt: skip
+    return ", ".join(parts)
 
 
 def narrow(table, out):
@@ -119,9 +174,19 @@ ROLE_SHORT = {
     "local": "local",
     "broad": "broad",
     "mixed": "mixed",
+    "next-token": "next",
+    "sink": "sink",
+    "induction": "ind",
+    "duplicate-token": "dup",
 }
 THRESHOLDS_TEXT = (
     "role: previous-token if prev >= {previous}, self if self >= {self}, first-token sink if first >= {first} "
     "(largest wins); else local if local (within {r} positions) >= {local}; else broad if norm H >= {broad}; "
     "else mixed. grad = sum alpha (1 - alpha): softmax gradient size, near 0 = saturated."
+)
+DETECTORS_TEXT = (
+    'Before these: induction if ind >= {induction}, else duplicate-token if dup >= {duplicate_token} (on the "mul" '
+    "scores); next-token if next (weight on the token after the query) >= {next} and sink if sink (on one fixed "
+    "later token, named in the role) >= {sink} join the largest-share rule. tl prev, dup, ind: TransformerLens' "
+    "previous-token, duplicate-token and induction scores ({how}; mean over sentences)."
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from qkv_cli.core.result import Kind, Result
-from qkv_cli.views import band, batch, generate, layer, model
+from qkv_cli.views import attribution, band, batch, generate, layer, model
 
 RENDERERS = {
     Kind.DENSE: layer.emit_layer,
@@ -14,6 +14,7 @@ RENDERERS = {
     Kind.GENERATION: lambda result, show, heads, precision, fmt, save_npz=None: generate.emit(
         result, None, heads, precision, fmt, save_npz
     ),
+    Kind.ATTRIBUTION: attribution.emit,
 }
 HEATMAPS = {
     Kind.DENSE: lambda result, heads, path, at: layer.heatmap_layer(result, heads, path),
@@ -21,6 +22,7 @@ HEATMAPS = {
     Kind.BAND: lambda result, heads, path, at: band.save_heatmap(result, heads, path),
     Kind.MODEL: lambda result, heads, path, at: model.save_heatmap(result, heads, at is not None, path),
     Kind.GENERATION: lambda result, heads, path, at: generate.save_heatmap(result, heads, path, at),
+    Kind.ATTRIBUTION: lambda result, heads, path, at: attribution.save_heatmap(result, heads, path),
 }
 
 

