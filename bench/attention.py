@@ -4,7 +4,7 @@
     python bench/attention.py --quick    # a smoke run: a few sizes, float32, 3 repetitions
 
 Contenders, all computing out = Softmax(Q K^T * scale + Mask) V AND keeping the weights (tau, m, m):
-- qkv kernels: ``qkv_cli.kernels.attention(Q, K, V, mask, kernel=...)`` for every kernel in ``KERNELS``
+- qkv kernels: ``qkv_cli.core.kernels.attention(Q, K, V, mask, kernel=...)`` for every kernel in ``KERNELS``
   (the loop kernel only up to --loop-max);
 - torch plain: ``w = torch.softmax(Q @ K^T * scale + mask, -1); out = w @ V`` (no autograd);
 - torch MHA: ``nn.MultiheadAttention(need_weights=True, average_attn_weights=False)`` with identity projection
@@ -135,8 +135,11 @@ def main(argv=None):
 
     import numpy as np
 
-    from qkv_cli import kernels
-    from qkv_cli.masks import build_mask
+    from qkv_cli.core import kernels, threads
+    from qkv_cli.core.masks import MaskSpec, additive
+
+    def build_mask(m, causal, dtype):  # [m, m] 0 / -inf under the causal rule, else None
+        return additive(MaskSpec(causal=causal), m, dtype=dtype)
 
     try:
         from threadpoolctl import threadpool_info, threadpool_limits
@@ -162,7 +165,7 @@ def main(argv=None):
             f"core {lib.get('architecture', '?')}, {lib.get('threading_layer', '?')} threading, "
             f"{lib.get('num_threads')} threads ({os.path.basename(lib.get('filepath', ''))})"
         )
-    print(f"qkv vectorized kernel: {kernels.THREADS} Python threads (BLAS at 1 thread inside them)")
+    print(f"qkv vectorized kernel: {threads.THREADS} Python threads (BLAS at 1 thread inside them)")
     if torch is not None:
         cap = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
         print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, cpu capability {cap}")
