@@ -188,7 +188,7 @@ ERROR_CASES = [
     ("unknown name case", {}, "BPE", "hi", ["unknown tokenizer 'BPE'"]),
     ("missing file", {}, "{tmp}/nope.json", "hi", ["'{tmp}/nope.json'", "does not exist"]),
     ("folder without json", {"empty": None}, "{tmp}/empty", "hi", ["no tokenizer.json", "'{tmp}/empty'"]),
-    ("unreadable", {"odd/tokenizer.json": None}, "{tmp}/odd", "hi", ["cannot read", "'{tmp}/odd/tokenizer.json'"]),
+    ("a directory", {"odd/tokenizer.json": None}, "{tmp}/odd", "hi", ["is a directory, not a file", "'{tmp}/odd/tokenizer.json'"]),
     ("not utf-8", {"t.json": b'{"a": "\xff\xfe"}'}, "{tmp}/t.json", "hi", ["'{tmp}/t.json'", "not UTF-8"]),
     ("empty file", {"t.json": b""}, "{tmp}/t.json", "hi", ["'{tmp}/t.json'", "is empty"]),
     ("truncated", {"t.json": "BPE_HALF"}, "{tmp}/t.json", "hi", ["'{tmp}/t.json'", "not valid JSON"]),
