@@ -1,5 +1,8 @@
 """The `qkv` entry point: signals first (so that an early Ctrl-C or a SIGTERM never prints a traceback or leaves a
-temporary file), then the command line."""
+temporary file), then the command line.
+
+The handlers are installed when this module is imported, before typer, NumPy or anything else is: the console
+script imports it first. Only the interpreter's own start-up, before this line runs, is outside them."""
 
 import signal
 import sys
@@ -9,10 +12,23 @@ def _stop(signum, frame):  # SIGTERM, SIGHUP: unwind like an exception, so tempo
     raise SystemExit(128 + signum)
 
 
-def main():
+def _interrupt(signum, frame):  # SIGINT (Ctrl-C): one line, exit 130, unwinding (temporary files removed)
+    sys.stderr.write("qkv: error: interrupted\n")
+    raise SystemExit(130)
+
+
+def _install() -> None:
+    signal.signal(signal.SIGINT, _interrupt)
     for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
         if sig is not None:
             signal.signal(sig, _stop)
+
+
+_install()
+
+
+def main():
+    _install()  # again, in case something replaced them (python -m qkv_cli imports this module the same way)
     try:
         if sys.stdout is None or sys.stderr is None:  # started with a closed stdout: nothing could be shown
             if sys.stderr is not None:
@@ -24,7 +40,7 @@ def main():
         from qkv_cli.cli.app import main as run
 
         run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised by code that ran its own SIGINT handling
         sys.stderr.write("qkv: error: interrupted\n")
         sys.exit(130)
 

@@ -72,6 +72,10 @@ def cache_models() -> list[dict]:
             snap = None
         if snap is not None and (row := describe(snap, repo_id, "hf-cache")) is not None:
             rows.append(row)
+        elif snap is None and (repo / "refs" / "main").exists():  # a ref that names no snapshot: shown, marked
+            why = "its refs/main does not name a snapshot folder (a short commit name is expected)"
+            rows.append(dict.fromkeys(FIELDS) | {"name": repo_id, "path": str(repo), "source": "hf-cache",
+                                                 "package": "", "family": "?", "error": why})  # fmt: skip
     return rows
 
 

@@ -2,13 +2,15 @@
 
 Only regular files are written: a device, a FIFO or a directory is refused (a symlink is followed to its regular
 target, which is replaced; the link stays). A file this run reads is never an output. A file that exists keeps its
-permissions; a read-only one is refused. SIGTERM and SIGHUP end the run through an exception (see
-qkv_cli/cli/app.py), so the temporary file is removed on every exit.
+permissions; a read-only one is refused. SIGINT, SIGTERM and SIGHUP end the run through an exception (see
+qkv_cli/__main__.py), so the temporary file is removed on every exit; they are held back for the moment between
+creating the temporary file and entering the block that removes it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from qkv_cli.errors import QkvError
 from qkv_cli.files import is_file_name, is_input
 
 NAME_MAX = 255
+STOPPING = {signal.SIGINT, signal.SIGTERM, *([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])}
 
 
 def _refuse(p, why: str) -> QkvError:
@@ -69,11 +72,14 @@ def atomic_write(path: str | Path, mode: str = "wb"):
     check_output_path(path)  # again at write time: an input read since the first check is refused too
     real, st = target(path)
     keep = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)  # no signal between mkstemp and the try below
     try:  # a short prefix: the temporary name must fit in NAME_MAX bytes too
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:64]}.", suffix=".tmp", dir=real.parent)
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         raise _refuse(path, exc.strerror or str(exc)) from None
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held back is raised here, inside the try
         with os.fdopen(fd, mode) as handle:
             yield handle
         os.chmod(tmp, keep)  # mkstemp makes 0600: give the file its old mode, or the usual one
@@ -87,12 +93,19 @@ def atomic_write(path: str | Path, mode: str = "wb"):
 
 
 def save_npz(arrays: dict, path: str | Path) -> Path:
-    """np.savez of `arrays` to `path`, atomically."""
+    """What np.savez writes (one NAME.npy per array in an uncompressed zip), to `path`, atomically.
+
+    Written here rather than by np.savez, which leaves its zip open when interrupted (a SIGTERM mid-write then
+    prints "Exception ignored in ZipFile.__del__" at exit): every file is closed on the way out, whatever stops it."""
+    import zipfile
+
     import numpy as np
 
     p = check_output_path(path)
-    with atomic_write(p) as handle:
-        np.savez(handle, **arrays)
+    with atomic_write(p) as handle, zipfile.ZipFile(handle, mode="w", allowZip64=True) as archive:
+        for name, value in arrays.items():
+            with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
     return p
 
 

@@ -28,7 +28,7 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def half_then(exc):
-    """A replacement for savefig / np.savez: write some bytes to the handle, then fail with `exc`."""
+    """A replacement for savefig / write_array: write some bytes to the handle, then fail with `exc`."""
 
     def write(target, *args, **kwargs):
         handle = target if hasattr(target, "write") else args[0]
@@ -46,9 +46,9 @@ def break_savefig(monkeypatch, exc):
     monkeypatch.setattr(Figure, "savefig", lambda self, fname, *a, **k: write(fname))
 
 
-def break_savez(monkeypatch, exc):
+def break_savez(monkeypatch, exc):  # save_npz writes each array with np.lib.format.write_array into the zip
     write = half_then(exc)
-    monkeypatch.setattr(np, "savez", lambda file, *a, **k: write(file))
+    monkeypatch.setattr(np.lib.format, "write_array", lambda fp, *a, **k: write(fp))
 
 
 CASES = [
