@@ -6,8 +6,8 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.app import app
-from qkv_cli.cli.commands import EVERYTHING, prepare, sample
-from qkv_cli.cli.options import BatchOpt, TextArg
+from qkv_cli.cli.commands import DRAWN, prepare, sample
+from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
 from qkv_cli.cli.params import Opts, request, takes
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
@@ -15,18 +15,27 @@ OpenOpt = Annotated[bool, typer.Option("--open", help="Also open the page in the
 
 
 @app.command(epilog="Example: qkv view 'The cat sat on the mat.' --model sentence-transformers/all-MiniLM-L6-v2 --open")
-@takes(*EVERYTHING)
+@takes(*DRAWN)
 def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", open_: OpenOpt = False,
-         batch: BatchOpt = False):  # fmt: skip
+         batch: BatchOpt = False, method: MethodOpt = None, head_fusion: HeadFusionOpt = None):  # fmt: skip
     """Write one self-contained HTML page (offline, no network) to explore the attention weights: a head view,
-    a model view of every layer and head, a matrix view with each cell's numbers. With no TEXT, a sample."""
+    a model view of every layer and head, a matrix view with each cell's numbers. With no TEXT, a sample.
+
+    With --generate N, what each written token read; with --method, the layer's weights beside that attribution."""
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.html import check_page_path, save_page
 
     check_page_path(out)
-    req = request(opts, text, sample(), batch=batch, band=True)
+    req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
+                  head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
-    typer.echo(save_page(compute(req, model), out))
+    options = {}
+    if req.generate and model is not None:  # a generation does not record G, nor which layer to show first
+        from qkv_cli.models import check_layer
+
+        layer = check_layer(opts.layer[0], model.config.n_layers) if opts.layer else None
+        options = {"kv_heads": model.config.G, "layer": layer}
+    typer.echo(save_page(compute(req, model), out, **options))
     if open_:
         import webbrowser
 

@@ -97,23 +97,67 @@ def batch_page(batch: Result) -> dict:
     return {"title": "qkv: attention in a padded batch", **meta, "sentences": sentences}
 
 
+def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None = None) -> dict:
+    """Queries: the written tokens (one per step); keys: every token; every layer and head; no scores (the cache
+    keeps none). kv_heads: the model's G (the Result does not record it); layer: the one shown first (default last)."""
+    from qkv_cli.core.budget import human
+    from qkv_cli.core.gqa import kv_heads_of
+
+    steps, L, tau, n = gen.step_attentions.shape
+    info, P, G = gen.model, gen.prompt_len, kv_heads or tau
+    line = (f"{info.name} ({info.family}) L={L} tau={tau}" + (f" G={G}" if G != tau else "")
+            + f" wrote {steps} tokens after a prompt of {P}, kernel={gen.kernel}, KV cache "
+            + human(gen.cache_bytes))  # fmt: skip
+    notes = [
+        f"A generation: row t is the token written at step t (position {P} + t); its weights are those of the query "
+        f"that wrote it (position {P} + t - 1) on every token before. Keys it had not read yet are masked.",
+        html_data.label("Written: " + gen.text[:300]),
+    ]
+    return {"title": f"{info.name}: what each written token read", "run": line, "L": L, "tau": tau, "G": G,
+            "kv": kv_heads_of(tau, G).tolist(), "layerNames": [str(l) for l in range(L)], "detail": [],
+            "start": L - 1 if layer is None else layer % L, "cross": False, "notes": notes,
+            "titles": ["written tokens (queries)", "keys (every token before)"],
+            "noScores": "score: not kept (a generation keeps the weights of each step only)",
+            "sentences": [html_data.generation_sentence(gen)]}  # fmt: skip
+
+
+def attribution_page(r: Result) -> dict:
+    """The attributed layer's raw weights (and scores), and the attribution as one more, labelled, "head"."""
+    from qkv_cli.views.attribution import describe, layer_of
+
+    name = str(r.model.layer) if r.model is not None else ""
+    meta = _one_layer_meta(r, name)
+    meta["attribution"] = {"method": r.method, "layer": layer_of(r), "headFusion": r.head_fusion or None,
+                           "label": r.method + (f" ({r.head_fusion})" if r.head_fusion else "")}  # fmt: skip
+    meta["notes"] = [
+        describe(r) + ".",
+        f"The {r.method} attribution is the last head button: not a head, the whole layer's attribution, drawn "
+        "in the text colour with each row as a share of its total (as qkv heatmap --method draws it); the tooltip "
+        "gives the value itself. Ctrl- or Shift-click it to see it beside the heads' raw weights.",
+    ]
+    who = f"{r.model.name}: " if r.model is not None else "qkv: "
+    return {"title": f"{who}{r.method}, layer {layer_of(r)}", **meta, "sentences": [html_data.attribution_sentence(r)]}
+
+
 PAGES = {Kind.DENSE: dense_page, Kind.LAYER: dense_page, Kind.MODEL: model_page, Kind.BAND: band_page,
-         Kind.BATCH: batch_page}  # fmt: skip
+         Kind.BATCH: batch_page, Kind.GENERATION: generation_page, Kind.ATTRIBUTION: attribution_page}  # fmt: skip
 
 
-def page_data(result: Result) -> dict:
-    """Everything the page shows, by the Result's kind (see html_data for the encoding)."""
+def page_data(result: Result, kv_heads: int | None = None, layer: int | None = None) -> dict:
+    """Everything the page shows, by the Result's kind (see html_data for the encoding). kv_heads and layer: what a
+    generation does not record (the model's G, the layer to show first)."""
     if result.kind not in PAGES:
         raise QkvError(f"qkv view cannot show a {result.kind.value} run: it shows {', '.join(k.value for k in PAGES)}")
     from qkv_cli.views.html_stats import role_short
 
+    build = PAGES[result.kind]
     doc = {
         "version": 1,
         "kind": result.kind.value,
         "band": 0,
         "notes": [],
         "roleShort": role_short(),
-        **PAGES[result.kind](result),
+        **(build(result, kv_heads, layer) if build is generation_page else build(result)),
     }
     doc["title"], doc["run"] = html_data.label(doc["title"]), html_data.label(doc["run"])
     return doc
@@ -129,9 +173,9 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-def render(result: Result) -> str:
-    """The whole page as one string."""
-    doc = page_data(result)
+def render(result: Result, **options) -> str:
+    """The whole page as one string (options: page_data's kv_heads and layer)."""
+    doc = page_data(result, **options)
     css, js = code()
     # nothing may be fetched: no default source; only this page's own script and style (by their hashes) run
     csp = f"default-src 'none'; script-src {_sha256(js)}; style-src {_sha256(css)}; base-uri 'none'; form-action 'none'"
@@ -139,12 +183,12 @@ def render(result: Result) -> str:
     return _MARK.sub(lambda m: values[m.group(1)], asset("view.html"))  # one pass: inserted text is never rescanned
 
 
-def save_page(result: Result, path) -> str:
-    """Write the page atomically; return a one-line description of what was written."""
+def save_page(result: Result, path, **options) -> str:
+    """Write the page atomically; return a one-line description of what was written (options: see page_data)."""
     from qkv_cli.core.budget import human
     from qkv_cli.views.files import atomic_write
 
-    data = render(result).encode("utf-8")
+    data = render(result, **options).encode("utf-8")
     with atomic_write(path) as handle:
         handle.write(data)
     return f"wrote {path} ({human(len(data))}, one self-contained page: open it in a browser)"

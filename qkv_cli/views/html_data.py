@@ -7,6 +7,10 @@
   weight. The reconstruction is checked here against the computed weights; a layer that misses by more than
   TOLERANCE stores its 12-bit weights as well (the page then shows those).
 - Masks: one bit per cell (1 = removed, -inf), each distinct grid stored once.
+- A generation (generation_sentence): one layer entry per layer, 12-bit weights (tau, steps, n_max): row t is the
+  query that wrote token prompt_len + t; keys prompt_len + t and after are masked (step t had not read them).
+- An attribution (attribution_sentence): the layer as a dense sentence, plus "attribution": {"f": the m x n values
+  as float32, "mask": one bit per cell, removed by the layer's mask and exactly 0}.
 - Everything binary is base64, little-endian. Labels are text from files: control characters are stripped here,
   and the page puts them into the document as text only (never as markup).
 """
@@ -117,3 +121,31 @@ def band_sentence(r) -> dict:
     from qkv_cli.views.html_stats import band_stats
 
     return sentence(" ".join(r.labels[:12]), r.labels, r.labels, [{"w": pack12(r.band)}], [], band_stats(r))
+
+
+def generation_sentence(gen) -> dict:
+    """A GENERATION Result: queries are the written tokens (row t wrote token P + t, read by the query at P + t - 1),
+    keys every token (n_max); 12-bit weights per layer, no scores; keys P + t and later are masked in row t."""
+    from qkv_cli.views.html_stats import generation_stats
+
+    P, (steps, L, _, n) = gen.prompt_len, gen.step_attentions.shape
+    masked = generation_masked(P, steps, n)
+    layers = [{"w": pack12(gen.step_attentions[:, l].transpose(1, 0, 2))} for l in range(L)]  # (tau, steps, n)
+    written, keys = gen.labels[P : P + steps], gen.labels[:n]
+    out = sentence(" ".join(gen.labels[:P]) + " \u2192 " + " ".join(written), written, keys, layers, [masked] * L,
+                   generation_stats(gen, masked))  # fmt: skip
+    out["queryNotes"] = [label(f"step {t}: wrote position {P + t} with p = {gen.step_probs[t]:.4f}, read by the query "
+                               f"at position {P + t - 1}") for t in range(steps)]  # fmt: skip
+    return out
+
+
+def generation_masked(P: int, steps: int, n: int):  # -> [steps, n] bool: step t read keys 0 .. P + t - 1 only
+    return np.arange(n)[None, :] >= P + np.arange(steps)[:, None]
+
+
+def attribution_sentence(r) -> dict:
+    """An ATTRIBUTION Result: its layer (raw weights and scores, as dense_sentence) and the attribution (m, n)."""
+    out = dense_sentence(r)
+    values = np.asarray(r.attribution, dtype=np.float64)
+    out["attribution"] = {"f": b64(values.astype("<f4").tobytes()), "mask": bits(r.masked & (values == 0))}
+    return out

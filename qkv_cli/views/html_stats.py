@@ -1,19 +1,23 @@
 """The page's per-head summary: the statistics and roles `qkv heads` computes (core.roles), per layer and head.
 
-Self-attention gets every column of `qkv heads` and a role; cross-attention (keys from another text) and a long
-document's band get the numbers that still mean something there, and no role (roles need positions of one text,
-and the full m x m weights).
+Self-attention gets every column of `qkv heads` and a role; cross-attention (keys from another text), a long
+document's band and a generation (one row per written token) get the numbers that still mean something there, and
+no role (roles need positions of one text, and the full m x m weights).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from qkv_cli.core.roles import LOCAL_RADIUS, THRESHOLDS, layer_head_stats
-from qkv_cli.core.stats import band_summary, head_summary
+from qkv_cli.core.stats import band_summary, head_summary, row_entropy
 
 CROSS_COLUMNS = (("entropy", "entropy"), ("max_weight", "max w"))
 BAND_COLUMNS = (("entropy", "entropy"), ("max_weight", "max w"), ("mean_distance", "dist"), ("self_share", "self"))
+GENERATION_COLUMNS = (("entropy", "entropy"), ("max_weight", "max w"), ("mean_distance", "dist"),
+                      ("first_share", "first"), ("prompt_share", "prompt"))  # fmt: skip
 
 
 def _number(x):
@@ -76,3 +80,18 @@ def band_stats(r) -> dict:
     rows = band_summary(r.band, range(r.band.shape[0]))
     return _table([rows], BAND_COLUMNS, False, "a band run keeps only the window (tau x m x n_c): distance and self "
                   "are over the window; roles need the full m x m weights")  # fmt: skip
+
+
+def generation_stats(gen, masked) -> dict:
+    """Per layer and head, the mean over the written tokens of: entropy, peak, distance back from the writing query
+    (position P + t - 1), the weight on the first token and the weight on the prompt (keys 0 .. P - 1)."""
+    w = np.asarray(gen.step_attentions, dtype=np.float64).transpose(1, 2, 0, 3)  # -> (L, tau, steps, n)
+    P, (steps, n) = gen.prompt_len, masked.shape
+    back = np.where(masked, 0, P + np.arange(steps)[:, None] - 1 - np.arange(n)[None, :])  # (steps, n)
+    columns = {"entropy": row_entropy(w), "max_weight": w.max(axis=-1), "mean_distance": (w * back).sum(axis=-1),
+               "first_share": w[..., 0], "prompt_share": w[..., :P].sum(axis=-1)}  # fmt: skip
+    means = {key: value.mean(axis=-1) for key, value in columns.items()}  # (L, tau) each
+    grid = [[{key: v[l, h] for key, v in means.items()} for h in range(w.shape[1])] for l in range(w.shape[0])]
+    return _table(grid, GENERATION_COLUMNS, False, "a generation: each row is the query that wrote a token, over "
+                  "every token before it; dist counts back from that query, prompt is the weight on the prompt's "
+                  f"{P} tokens; roles need the full m x m weights")  # fmt: skip

@@ -125,3 +125,23 @@ def pages(tmp_path):
             return html, {k: z[k] for k in z.files}
 
     return make
+
+
+@pytest.fixture
+def page_and_npz(tmp_path):
+    """page_and_npz(view_args, command): the page of `qkv view VIEW_ARGS` and the NPZ of `qkv COMMAND --save-npz`
+    (e.g. `qkv generate` or `qkv attribute` with the same options: the same run)."""
+    from qkv_cli.cli import app
+
+    count = [0]
+
+    def make(view_args, command):
+        count[0] += 1
+        html, npz = tmp_path / f"kind{count[0]}.html", tmp_path / f"kind{count[0]}.npz"
+        for args in (["view", *view_args, "--out", html], [*command, "--save-npz", npz]):
+            result = CliRunner().invoke(app, [str(a) for a in args])
+            assert result.exit_code == 0, (args, result.output)
+        with np.load(npz, allow_pickle=False) as z:
+            return html, {k: z[k] for k in z.files}
+
+    return make

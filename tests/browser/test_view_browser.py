@@ -4,12 +4,12 @@ does what a click does, the keyboard works, light and dark themes, hostile label
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 
 import numpy as np
 import pytest
+from browser.pictures import blank, changed
 
 pytestmark = pytest.mark.browser
 
@@ -91,23 +91,6 @@ def test_each_sentence_of_a_padded_batch(pages, viewer, tmp_path):
 @pytest.fixture
 def dense(pages):
     return pages(TEXT, *SMALL, "--causal")[0]
-
-
-def blank(png: bytes) -> bool:
-    from PIL import Image
-
-    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).reshape(-1, 3)
-    background = np.median(img, axis=0)
-    busy = (np.abs(img - background).sum(axis=1) > 30).mean()
-    return busy < 0.02 or len(np.unique(img, axis=0)) < 20
-
-
-def changed(a: bytes, b: bytes) -> int:
-    """How many pixels two screenshots differ in, beyond anti-aliasing noise (a sum of 24 over the channels)."""
-    from PIL import Image
-
-    x, y = (np.asarray(Image.open(io.BytesIO(p)).convert("RGB")).astype(int) for p in (a, b))
-    return x.size if x.shape != y.shape else int((np.abs(x - y).sum(-1) > 24).sum())
 
 
 def test_the_head_view_is_drawn_and_hovering_a_token_changes_it(viewer, dense):

@@ -288,7 +288,7 @@ def test_open_uses_the_web_browser(tmp_path, monkeypatch):
     assert opened == [out.resolve().as_uri()] and opened[0].startswith("file://")
 
 
-def test_a_generation_is_refused_clearly():
-    r = result_of()
-    with pytest.raises(QkvError, match="qkv view cannot show a generation run"):
-        page.page_data(replace(r, kind=Kind.GENERATION))
+def test_a_kind_without_a_page_is_refused_clearly(monkeypatch):
+    monkeypatch.delitem(page.PAGES, Kind.GENERATION)
+    with pytest.raises(QkvError, match="qkv view cannot show a generation run: it shows dense"):
+        page.page_data(replace(result_of(), kind=Kind.GENERATION))

@@ -5,6 +5,8 @@
 //            kept its scores, alpha = Softmax(S + Mask) is computed from them, row by row
 //   masks:   one bit per cell, least significant bit first, 1 = removed (-inf)
 //   band:    a long document under a window stores tau x m x n_c: slot t of query i is key i - n_c + 1 + t
+//   attribution: its m x n values in float32 and its own mask; the page shows it as one more "head" (index tau)
+//            whose cells are each row's shares of the attribution (the values themselves: attribution(i, j))
 
 function bytesOf(text) {
   if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(text);
@@ -84,6 +86,11 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
     this.stats = raw.stats;
     this.grids = raw.masks.map((t) => maskBits(t, this.m * this.n));
     this.maskOf = raw.maskOf;
+    this.queryNotes = raw.queryNotes || null;  // a generation: what each written token is
+    this.attr = raw.attribution || null;
+    this.heads = this.tau + (this.attr ? 1 : 0);  // stored "heads" per layer: the attribution is the last one
+    this.attrMask = this.attr ? maskBits(this.attr.mask, this.m * this.n) : null;
+    this.A = null;  // the attribution's values, m x n
     this.W = new Array(this.L).fill(null);
     this.S = new Array(this.L).fill(null);
     this.top = new Array(this.L).fill(null);
@@ -101,7 +108,22 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
       if (!e.w) this.W[l] = softmaxRows(rel, this.mask(l), this.tau, m, n);
     }
     if (e.w) this.W[l] = unpack12(e.w, size);
+    if (this.attr) this.W[l] = this.withAttribution(this.W[l]);
   }
+
+  withAttribution(W) {  // the layer's weights, then the attribution's row shares as head tau
+    const m = this.m, n = this.n, A = floats(this.attr.f), out = new Float32Array(this.heads * m * n);
+    out.set(W);
+    for (let i = 0, base = this.tau * m * n; i < m; i++) {
+      let total = 0;
+      for (let j = 0; j < n; j++) total += A[i * n + j];
+      if (total > 0) for (let j = 0; j < n; j++) out[base + i * n + j] = A[i * n + j] / total;
+    }
+    this.A = A;
+    return out;
+  }
+
+  attribution(i, j) { this.load(0); return this.A[i * this.n + j]; }
 
   weights(l) { this.load(l); return this.W[l]; }
   mask(l) { return this.nc ? null : this.grids[this.maskOf[l]]; }
@@ -109,7 +131,7 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
 
   rowMax(l) {  // the largest weight of every row: for "weight / row max"
     if (!this.top[l]) {
-      const W = this.weights(l), c = this.cols, out = new Float32Array(this.tau * this.m);
+      const W = this.weights(l), c = this.cols, out = new Float32Array(this.heads * this.m);
       for (let r = 0; r < out.length; r++) {
         let best = 0;
         for (let t = 0; t < c; t++) if (W[r * c + t] > best) best = W[r * c + t];
@@ -132,17 +154,22 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
 
   weight(l, h, i, j) { const t = this.slot(i, j); return t < 0 ? 0 : this.at(l, h, i, t); }
 
-  score(l, h, i, t) { this.load(l); const S = this.S[l]; return S ? S[(h * this.m + i) * this.cols + t] : null; }
+  score(l, h, i, t) { this.load(l); const S = this.S[l]; return S && h < this.tau ? S[(h * this.m + i) * this.cols + t] : null; }
 
   scoreDecimals(l, h, i, t) {  // float16 keeps ~3 significant digits of the distance to the row's largest score
     const rel = Math.abs(this.score(l, h, i, t) - this.scoreTop[l][h * this.m + i]);
     return Math.max(0, Math.min(3, 3 - Math.ceil(Math.log10(rel + 1e-9))));
   }
 
-  masked(l, i, t) {  // stored cell t of query i: removed by the mask (band: a slot before the text)
+  masked(l, i, t, h = 0) {  // stored cell t of query i: removed by the mask (band: a slot before the text)
+    if (h >= this.tau) return this.attrMask[i * this.n + t] === 1;  // the attribution: masked and exactly 0
     return this.nc ? this.keyOf(i, t) < 0 : this.mask(l)[i * this.n + t] === 1;
   }
 }
 
 const DOC = JSON.parse(document.getElementById("qkv-data").textContent);
 const SENTENCES = DOC.sentences.map((raw) => new Sentence(raw, DOC));
+const ATTR = DOC.attribution ? DOC.tau : -1;  // the attribution's "head" index (-1: none)
+const HEADS = DOC.tau + (DOC.attribution ? 1 : 0);  // head buttons: the heads, then the attribution
+
+function headName(h) { return h === ATTR ? `the ${DOC.attribution.label} attribution` : `head ${h}`; }

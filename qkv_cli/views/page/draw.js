@@ -48,6 +48,7 @@ function hsl(h, s, l) {  // -> [r, g, b]
 function gcd(a, b) { return b ? gcd(b, a % b) : a; }
 
 function headRGB(h) {  // tau hues evenly spaced, visited with a stride so that neighbouring heads differ most
+  if (h >= DOC.tau) return dark() ? [236, 236, 236] : [24, 24, 24];  // the attribution: the text colour
   const n = Math.max(1, DOC.tau);
   let k = Math.max(1, Math.round(0.38 * n));
   while (gcd(k, n) !== 1) k += 1;
@@ -70,7 +71,7 @@ function heatCanvas(S, l, h, rowScale, masked) {  // one head as an image, a pix
     const base = (h * m + i) * c, r = top ? top[h * m + i] || 1 : 1;
     for (let t = 0; t < c; t++) {
       const p = (i * c + t) * 4;
-      if (S.masked(l, i, t)) {
+      if (S.masked(l, i, t, h)) {
         d[p] = masked[0]; d[p + 1] = masked[1]; d[p + 2] = masked[2];
       } else {
         const k = Math.round(Math.min(1, W[base + t] / r) * 255) * 3;

@@ -12,8 +12,9 @@ function buildTokens(S) {
   const make = (labels, side, box) => {
     const frag = document.createDocumentFragment();
     labels.forEach((text, i) => {
+      const note = side === "q" && S.queryNotes ? ` (${S.queryNotes[i]})` : "";
       frag.appendChild(el("div", { class: "tok", role: "option", dir: "auto", tabIndex: i === 0 ? 0 : -1,
-        "data-side": side, "data-i": String(i), title: `${side === "q" ? "query" : "key"} ${i}: ${text}` }, text));
+        "data-side": side, "data-i": String(i), title: `${side === "q" ? "query" : "key"} ${i}: ${text}${note}` }, text));
     });
     box.appendChild(frag);
   };
@@ -98,10 +99,13 @@ function shadeTokens() {  // with a token in focus: the other column tinted by i
 }
 
 function headCaption() {
-  const S = current(), heads = state.heads, kv = DOC.G !== DOC.tau;
-  const shown = heads.length === DOC.tau ? `all ${DOC.tau} heads` : `head${heads.length > 1 ? "s" : ""} ${heads.join(", ")}`;
+  const S = current(), heads = state.heads.filter((h) => h !== ATTR), kv = DOC.G !== DOC.tau && state.head !== ATTR;
+  const names = [heads.length === DOC.tau ? `all ${DOC.tau} heads` : heads.length ? `head${heads.length > 1 ? "s" : ""} ${heads.join(", ")}` : ""];
+  if (state.heads.includes(ATTR)) names.push(headName(ATTR));
+  const shown = names.filter(Boolean).join(" and ");
   let text = `${layerText(true)}${shown[0].toUpperCase()}${shown.slice(1)}. A line joins query i (left) to key j (right); its opacity is the weight. ` +
     "Hover or focus a token to keep only its row (a query) or its column (a key); click it to keep that; click again to release.";
+  if (state.heads.includes(ATTR)) text += ` The attribution's lines are in the text colour; their opacity is the query's share of it (${DOC.attribution.method}).`;
   if (DOC.cross) text += " Queries come from the text, keys from the context.";
   if (S.nc) text += ` Each query sees the ${S.nc} most recent keys (the window).`;
   if (kv) text += ` Grouped-query attention: head ${state.head} reads key/value head ${DOC.kv[state.head]} (of ${DOC.G}).`;

@@ -49,9 +49,10 @@ function drawMatrix() {
   ctx.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue("--focus").trim() || "#e66100";
   ctx.lineWidth = 2;
   ctx.strokeRect(LW + t * cw + 1, LH + i * ch + 1, Math.max(2, cw - 2), Math.max(2, ch - 2));
-  canvas.setAttribute("aria-label", `Weights of ${layerText()}head ${state.head}: ${m} queries by ${c} ${S.nc ? "window slots" : "keys"}. Arrow keys move the query and the key.`);
-  const kv = DOC.G !== DOC.tau ? ` It reads key/value head ${DOC.kv[state.head]}.` : "";
-  $("matrix-caption").textContent = `${layerText(true)}Head ${state.head}: rows are queries, columns ${S.nc ? "the window's slots (slot t of query i is key i \u2212 n_c + 1 + t)" : "keys"}.${kv} ` +
+  const what = state.head === ATTR ? `${headName(ATTR)} (row shares)` : `head ${state.head}`;
+  canvas.setAttribute("aria-label", `Weights of ${layerText()}${what}: ${m} queries by ${c} ${S.nc ? "window slots" : "keys"}. Arrow keys move the query and the key.`);
+  const kv = DOC.G !== DOC.tau && state.head !== ATTR ? ` It reads key/value head ${DOC.kv[state.head]}.` : "";
+  $("matrix-caption").textContent = `${layerText(true)}${what[0].toUpperCase()}${what.slice(1)}: rows are queries, columns ${S.nc ? "the window's slots (slot t of query i is key i \u2212 n_c + 1 + t)" : "keys"}.${kv} ` +
     "Point at a cell for its numbers; click, or focus the matrix and use the arrow keys (up and down move the query).";
   if (tipShown) showTip();
 }
@@ -60,17 +61,27 @@ let tipShown = false;
 
 function cellLines() {  // what the tooltip says about the current cell
   const S = current(), l = state.layer, h = state.head, { i, t } = state.cell, j = S.keyOf(i, t);
-  const lines = [`query ${i}: ${S.tokens[i]}`];
+  const lines = [`query ${i}: ${S.tokens[i]}`].concat(S.queryNotes ? [S.queryNotes[i]] : []);
   if (j < 0) return lines.concat([`slot ${t}: no key (before the text)`]);
   lines.push(`key ${j}: ${S.keyTokens[j]}`);
+  if (h === ATTR) return lines.concat(attributionLines(S, l, i, t));
   lines.push(`weight ${fmt(S.at(l, h, i, t), 4)}`);
   const score = S.score(l, h, i, t);
   if (score !== null) lines.push(`score ${fmt(score, S.scoreDecimals(l, h, i, t))}`);
   else if (S.nc) lines.push("score: not kept (a band run keeps the weights only)");
+  else if (DOC.noScores) lines.push(DOC.noScores);
   else lines.push(`score: not kept for this layer (qkv view --layer ${state.layer} keeps it)`);
   lines.push(`mask ${S.masked(l, i, t) ? "\u2212\u221e (removed)" : "0"}`);
   lines.push(`head ${h}${DOC.G !== DOC.tau ? ` (reads key/value head ${DOC.kv[h]})` : ""}`);
   return lines;
+}
+
+function attributionLines(S, l, i, t) {  // the attribution's value, its row share, and the heads' mean raw weight
+  let mean = 0;
+  for (let h = 0; h < DOC.tau; h++) mean += S.at(l, h, i, t) / DOC.tau;
+  return [`${DOC.attribution.label} ${fmt(S.attribution(i, t), 4)}`, `row share ${fmt(S.at(l, ATTR, i, t), 4)}`,
+    `weight, mean over heads ${fmt(mean, 4)}`, `mask ${S.masked(l, i, t, ATTR) ? "\u2212\u221e (removed, and 0)" : "0"}`,
+    `${headName(ATTR)}: not a head`];
 }
 
 function showTip() {

@@ -4,7 +4,7 @@ let gridKey = "";
 
 function thumbSize() {
   const room = ($("grid").parentElement.clientWidth || 900) - 40;
-  return Math.max(36, Math.min(96, Math.floor(room / DOC.tau) - 10));
+  return Math.max(36, Math.min(96, Math.floor(room / HEADS) - 10));
 }
 
 function buildGrid() {
@@ -13,22 +13,23 @@ function buildGrid() {
   if (key === gridKey) return markGrid();
   gridKey = key;
   grid.replaceChildren();
-  grid.style.gridTemplateColumns = `auto repeat(${DOC.tau}, auto)`;
+  grid.style.gridTemplateColumns = `auto repeat(${HEADS}, auto)`;
   grid.appendChild(el("div", { class: "colh" }, DOC.L > 1 ? "layer" : ""));
-  for (let h = 0; h < DOC.tau; h++) grid.appendChild(el("div", { class: "colh" }, `head ${h}`));
+  for (let h = 0; h < HEADS; h++) grid.appendChild(el("div", { class: "colh" }, h === ATTR ? DOC.attribution.label : `head ${h}`));
   const masked = cssColour("--masked");
   for (let l = 0; l < DOC.L; l++) {
     grid.appendChild(el("div", { class: "rowh" }, DOC.layerNames[l]));
-    for (let h = 0; h < DOC.tau; h++) {
-      const role = roles ? roles[l][h] : "";
+    for (let h = 0; h < HEADS; h++) {
+      const role = roles && h !== ATTR ? roles[l][h] : "";
       const where = DOC.L > 1 || DOC.layerNames[l] ? `layer ${DOC.layerNames[l]}, ` : "";
       const button = el("button", { type: "button", class: "thumb", tabIndex: -1, "data-l": String(l), "data-h": String(h),
-        title: `${where}head ${h}${role ? `: ${role}` : ""}` });
+        title: `${where}${headName(h)}${role ? `: ${role}` : ""}` });
       const canvas = el("canvas");
       const ctx = fitCanvas(canvas, size, size);
       ctx.imageSmoothingEnabled = S.cols > size || S.m > size;
       ctx.drawImage(heatCanvas(S, l, h, state.scale === "row", masked), 0, 0, size, size);
-      button.append(canvas, el("span", null, role ? DOC.roleShort[role.split(" (")[0]] || role : `${l}\u00b7${h}`));
+      const under = h === ATTR ? DOC.attribution.method : `${l}\u00b7${h}`;
+      button.append(canvas, el("span", null, role ? DOC.roleShort[role.split(" (")[0]] || role : under));
       grid.appendChild(button);
     }
   }
@@ -64,7 +65,7 @@ function setupModelView() {
     if (!node || !(event.key in moves)) return;
     event.preventDefault();
     const l = Math.max(0, Math.min(DOC.L - 1, Number(node.dataset.l) + moves[event.key][0]));
-    const h = Math.max(0, Math.min(DOC.tau - 1, Number(node.dataset.h) + moves[event.key][1]));
+    const h = Math.max(0, Math.min(HEADS - 1, Number(node.dataset.h) + moves[event.key][1]));
     const next = grid.querySelector(`.thumb[data-l="${l}"][data-h="${h}"]`);
     node.tabIndex = -1;
     next.tabIndex = 0;

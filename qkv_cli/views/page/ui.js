@@ -1,9 +1,10 @@
 // The controls (sentence, layer, heads, views, settings), the per-head summary, the legend, the keyboard, and
-// window.qkvView: {tokens, keyTokens, shape: [L, tau, m, n], weight(l, h, i, j), select({layer, head, query})}.
+// window.qkvView: {tokens, keyTokens, shape: [L, tau, m, n], weight(l, h, i, j), select({layer, head, query})}
+// (an attribution page adds attribution(i, j), and "attribution" as a head for select).
 
 const state = {
   sentence: 0,
-  layer: DOC.detail.length ? DOC.detail[0] : 0,
+  layer: DOC.start !== undefined ? DOC.start : DOC.detail.length ? DOC.detail[0] : 0,
   heads: range(0, DOC.tau),
   head: 0,
   view: "head",
@@ -27,8 +28,9 @@ function buildControls() {
   $("title").textContent = DOC.title;
   $("run").textContent = DOC.run;
   $("run-settings").textContent = `Run: ${DOC.run}`;
-  $("hv-qtitle").textContent = DOC.cross ? "queries (the text)" : "queries";
-  $("hv-ktitle").textContent = DOC.cross ? "keys (the context)" : "keys";
+  const titles = DOC.titles || (DOC.cross ? ["queries (the text)", "keys (the context)"] : ["queries", "keys"]);
+  $("hv-qtitle").textContent = titles[0];
+  $("hv-ktitle").textContent = titles[1];
   const layer = $("layer");
   DOC.layerNames.forEach((name, l) => layer.appendChild(el("option", { value: String(l) },
     name + (DOC.detail.includes(l) ? " \u00b7 scores" : ""))));
@@ -41,10 +43,12 @@ function buildControls() {
     pick.addEventListener("change", () => setSentence(Number(pick.value)));
   }
   const heads = $("heads");
-  for (let h = 0; h < DOC.tau; h++) {
-    const rgb = headRGB(h), kv = DOC.G !== DOC.tau ? ` reads key/value head ${DOC.kv[h]}` : "";
-    const button = el("button", { type: "button", class: "hbtn", "data-h": String(h), "aria-pressed": "false",
-      title: `head ${h}${kv}: click to show it alone, Ctrl- or Shift-click to add it` }, DOC.G !== DOC.tau ? `${h}\u2192${DOC.kv[h]}` : String(h));
+  for (let h = 0; h < HEADS; h++) {
+    const rgb = headRGB(h), kv = DOC.G !== DOC.tau && h !== ATTR ? ` reads key/value head ${DOC.kv[h]}` : "";
+    const text = h === ATTR ? DOC.attribution.label : DOC.G !== DOC.tau ? `${h}\u2192${DOC.kv[h]}` : String(h);
+    const what = h === ATTR ? `${headName(h)} of the layer (not a head; rows as shares)` : `head ${h}${kv}`;
+    const button = el("button", { type: "button", class: h === ATTR ? "hbtn attr" : "hbtn", "data-h": String(h),
+      "aria-pressed": "false", title: `${what}: click to show it alone, Ctrl- or Shift-click to add it` }, text);
     button.style.setProperty("--c", rgba(rgb, 1));
     heads.appendChild(button);
   }
@@ -145,6 +149,7 @@ function legend() {
     "Weights \u03b1 = Softmax(Q K\u1d40 / \u221ad_k + Mask): each query's row sums to 1 over the keys it may see.",
     "Head view: line opacity is the weight; one colour per head (the head buttons above).",
     "Model view: one small heatmap per layer and head. Matrix view: rows are queries, columns keys.",
+    DOC.noScores ? `No scores: ${DOC.noScores.replace(/^score: /, "")}.` :
     DOC.L > 1 ? `Scores (Q K\u1d40 scaled) are kept for layer ${kept || "none"}; other layers show weights only.` :
       (S.nc ? "A band run keeps the window's weights only (no scores)." : "The tooltip shows each cell's score and mask entry."),
     "Keys: Tab moves between controls; arrows move along tokens, thumbnails and cells; Enter or Space picks; " +
@@ -176,7 +181,7 @@ function onGlobalKey(event) {
   if (event.ctrlKey || event.metaKey || event.altKey || event.target.closest("input, select, textarea")) return;
   const step = { "[": -1, "]": 1 }[event.key], hstep = { ",": -1, ".": 1 }[event.key];
   if (step) { state.layer = (state.layer + step + DOC.L) % DOC.L; render(); }
-  else if (hstep) { const h = (state.head + hstep + DOC.tau) % DOC.tau; state.heads = [h]; state.head = h; render(); }
+  else if (hstep) { const h = (state.head + hstep + HEADS) % HEADS; state.heads = [h]; state.head = h; render(); }
   else if (["1", "2", "3"].includes(event.key)) setView(["head", "model", "matrix"][Number(event.key) - 1]);
 }
 
@@ -197,12 +202,24 @@ window.qkvView = {
     checkIndex("layer", l, DOC.L); checkIndex("head", h, DOC.tau); checkIndex("query", i, S.m); checkIndex("key", j, S.n);
     return S.weight(l, h, i, j);
   },
+  masked(l, i, j) {  // the page shows the cell as removed (-inf): the mask, a generation's later keys, a band's edge
+    const S = current();
+    checkIndex("layer", l, DOC.L); checkIndex("query", i, S.m); checkIndex("key", j, S.n);
+    const t = S.slot(i, j);
+    return t < 0 || S.masked(l, i, t);
+  },
+  method: DOC.attribution ? DOC.attribution.method : null,
+  attribution: DOC.attribution ? (i, j) => {  // the attribution's own value for query i, key j (as its NPZ has it)
+    const S = current();
+    checkIndex("query", i, S.m); checkIndex("key", j, S.n);
+    return S.attribution(i, j);
+  } : null,
   score(l, h, i, j) { const S = current(), t = S.slot(i, j); return t < 0 ? null : S.score(l, h, i, t); },
   select(o = {}) {  // what a click does: a sentence, a layer, a head (or several), a query token, a key token, a view
     if (o.sentence !== undefined) setSentence(checkIndex("sentence", o.sentence, SENTENCES.length));
     if (o.layer !== undefined) state.layer = checkIndex("layer", o.layer, DOC.L);
     if (o.head !== undefined) {
-      const heads = (Array.isArray(o.head) ? o.head : [o.head]).map((h) => checkIndex("head", h, DOC.tau));
+      const heads = (Array.isArray(o.head) ? o.head : [o.head]).map((h) => (h === "attribution" && ATTR >= 0 ? ATTR : checkIndex("head", h, DOC.tau)));
       state.heads = [...new Set(heads)].sort((a, b) => a - b);
       state.head = heads[0];
     }
@@ -215,8 +232,11 @@ window.qkvView = {
     else render();
     return this.state();
   },
-  state() { return JSON.parse(JSON.stringify({ sentence: state.sentence, layer: state.layer, heads: state.heads,
-    head: state.head, view: state.view, lock: state.lock, cell: state.cell })); },
+  state() {  // the attribution's "head" reads "attribution"
+    const name = (h) => (h === ATTR ? "attribution" : h);
+    return JSON.parse(JSON.stringify({ sentence: state.sentence, layer: state.layer, heads: state.heads.map(name),
+      head: name(state.head), view: state.view, lock: state.lock, cell: state.cell }));
+  },
 };
 
 function start() {
