@@ -187,7 +187,7 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table)
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
     emit_roles(compute_each(req), format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
-               seed=req.settings.seed))  # fmt: skip
+               seed=req.settings.seed, layers=req.layers))  # fmt: skip
 
 
 @app.command(epilog="Example: qkv models --format json")

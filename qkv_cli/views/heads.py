@@ -32,6 +32,10 @@ def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
             note = f"induction probe: {detect['probe']} random tokens (seed {detect.get('seed', 0)}), repeated twice"
         stats = layer_head_stats([r.attentions for r in results], tokens_list=[r.ids for r in results],
                                  labels_list=[r.labels for r in results], **options)  # fmt: skip
+        chosen = chosen_layers(detect.get("layers") or (), len(stats))
+        if chosen:  # --layer: only those layers' rows (numbered as in the model)
+            stats = [stats[layer] for layer in chosen]
+            header += " layers " + ",".join(map(str, chosen))
         return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note)
     if any(r.is_cross for r in results):
         raise QkvError(
@@ -44,6 +48,17 @@ def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
                              labels_list=[r.labels for r in results], **options)  # fmt: skip
     header = settings_line(results[0]).split(" ", 1)[1]  # without m: lines differ in length
     emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options)
+
+
+def chosen_layers(layers, count: int) -> list[int]:
+    """--layer values (negative from the end) as layer numbers 0..count-1, in the order given, each once."""
+    out = []
+    for layer in layers:
+        if not -count <= layer < count:
+            raise QkvError(f"--layer {layer} does not exist: the model has layers 0..{count - 1}")
+        if layer % count not in out:
+            out.append(layer % count)
+    return out
 
 
 COLUMNS = [
@@ -111,17 +126,19 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
         grid.add_column("layer", justify="right")
         for j in range(len(stats_grid[0])):
             grid.add_column(str(j), justify="left", no_wrap=True)
-        for layer, row in enumerate(stats_grid):
-            grid.add_row(str(layer), *(ROLE_SHORT[s["role"]] for s in row))
+        for row in stats_grid:
+            grid.add_row(str(row[0]["layer"]), *(ROLE_SHORT[s["role"]] for s in row))
         out.print(narrow(grid, out))
         out.print(legend, style="dim")
     if checkpoint:
-        for layer, row in enumerate(stats_grid):
-            out.print(f"layer {layer}: {role_counts(row)}")
+        for row in stats_grid:
+            out.print(f"layer {row[0]['layer']}: {role_counts(row)}")
         out.print()
-    out.print(narrow(head_table(flat, COLUMNS, layers > 1), out))
+    out.print(narrow(head_table(flat, COLUMNS, layers > 1 or checkpoint), out))
     if extended:
-        out.print(narrow(head_table(flat, DETECTOR_COLUMNS, layers > 1, "Next token, sink and detectors"), out))
+        out.print(
+            narrow(head_table(flat, DETECTOR_COLUMNS, layers > 1 or checkpoint, "Next token, sink and detectors"), out)
+        )
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
     if extended:
         out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")
