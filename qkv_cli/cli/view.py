@@ -14,7 +14,7 @@ PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .h
 OpenOpt = Annotated[bool, typer.Option("--open", help="Also open the page in the web browser.")]
 
 
-@app.command(epilog="Example: qkv view 'The cat sat on the mat.' --model sentence-transformers/all-MiniLM-L6-v2 --open")
+@app.command(epilog="Example: qkv view 'The cat sat on the mat.' --heads 4 --causal --out cat.html")
 @takes(*DRAWN)
 def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", open_: OpenOpt = False,
          batch: BatchOpt = False, method: MethodOpt = None, head_fusion: HeadFusionOpt = None):  # fmt: skip

@@ -37,7 +37,15 @@ def read_bytes(path, what: str, limit: int = MAX_TEXT_BYTES, hint: str = "give a
         raise QkvError(f"{what}: the home directory in it cannot be found") from None
 
 
+SAMPLE_PREFIX = "sample:"  # --file sample:coreference reads a shipped sample, from any directory
+
+
 def read_file(path: str | Path, what: str = "file") -> str:
+    """A UTF-8 text file, or a shipped sample named `sample:NAME` (qkv_cli.text.samples)."""
+    if isinstance(path, str) and path.startswith(SAMPLE_PREFIX):
+        from qkv_cli.text.samples import sample_text
+
+        return sample_text(path[len(SAMPLE_PREFIX) :])
     source = f"{what} {str(path)!r}"
     return decode(read_bytes(path, source, MAX_TEXT_BYTES, "give a text file"), source)
 
