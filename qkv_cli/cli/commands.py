@@ -47,6 +47,7 @@ from qkv_cli.cli.options import (
     TextArg,
     TokenizerOpt,
     WindowOpt,
+    choices,
 )  # fmt: skip
 from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
 from qkv_cli.errors import QkvError
@@ -89,10 +90,19 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     emit(compute(req, model), names, heads, precision, format.value, save_npz)
 
 
+ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.SCALES (a test checks)
+ColorScaleOpt = Annotated[
+    ColorScale,
+    typer.Option("--color-scale", help="Colour scale of the weights: linear, sqrt (power 0.5) or log (from 1e-4): "
+                 "long texts, whose weights are all small, read better with sqrt or log."),
+]  # fmt: skip
+
+
 @app.command(epilog="Example: qkv heatmap --causal --heads 4 --out causal.png")
 @takes(*DRAWN)
 def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png",
-            method: MethodOpt = None, head_fusion: HeadFusionOpt = None):  # fmt: skip
+            method: MethodOpt = None, head_fusion: HeadFusionOpt = None,
+            color_scale: ColorScaleOpt = ColorScale.linear):  # fmt: skip
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
 
     With --method, the layer's weights beside that attribution (see qkv attribute)."""
@@ -108,7 +118,8 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
         heads = attributed_heads(req.method, head, heads)
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
-    typer.echo(save_heatmap(compute(req, model), heads, out, layer=opts.layer[0] if opts.layer else None))
+    at = opts.layer[0] if opts.layer else None
+    typer.echo(save_heatmap(compute(req, model), heads, out, layer=at, scale=color_scale.value))
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")

@@ -16,13 +16,13 @@ RENDERERS = {
     ),
     Kind.ATTRIBUTION: attribution.emit,
 }
-HEATMAPS = {
-    Kind.DENSE: lambda result, heads, path, at: layer.heatmap_layer(result, heads, path),
-    Kind.LAYER: lambda result, heads, path, at: layer.heatmap_layer(result, heads, path),
-    Kind.BAND: lambda result, heads, path, at: band.save_heatmap(result, heads, path),
-    Kind.MODEL: lambda result, heads, path, at: model.save_heatmap(result, heads, at is not None, path),
-    Kind.GENERATION: lambda result, heads, path, at: generate.save_heatmap(result, heads, path, at),
-    Kind.ATTRIBUTION: lambda result, heads, path, at: attribution.save_heatmap(result, heads, path),
+HEATMAPS = {  # kind -> draw(result, heads, path, layer given or None, colour scale)
+    Kind.DENSE: lambda result, heads, path, at, scale: layer.heatmap_layer(result, heads, path, scale),
+    Kind.LAYER: lambda result, heads, path, at, scale: layer.heatmap_layer(result, heads, path, scale),
+    Kind.BAND: lambda result, heads, path, at, scale: band.save_heatmap(result, heads, path, scale),
+    Kind.MODEL: lambda result, heads, path, at, scale: model.save_heatmap(result, heads, at is not None, path, scale),
+    Kind.GENERATION: lambda result, heads, path, at, scale: generate.save_heatmap(result, heads, path, at, scale),
+    Kind.ATTRIBUTION: lambda result, heads, path, at, scale: attribution.save_heatmap(result, heads, path, scale),
 }
 
 
@@ -31,6 +31,7 @@ def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
     RENDERERS[result.kind](result, show, heads, precision, fmt, save_npz)
 
 
-def save_heatmap(result: Result, heads, path, layer: int | None = None) -> str:
-    """layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None."""
-    return HEATMAPS[result.kind](result, heads, path, layer)
+def save_heatmap(result: Result, heads, path, layer: int | None = None, scale: str = "linear") -> str:
+    """layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None;
+    scale: the colour scale (views.figures.SCALES)."""
+    return HEATMAPS[result.kind](result, heads, path, layer, scale)
