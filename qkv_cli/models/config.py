@@ -192,6 +192,21 @@ def attention_params(c: ModelConfig, biases: bool = True, output_bias: bool = Tr
     return out
 
 
+def layer_norm_mlp_params(c: ModelConfig, ln1: str, ln2: str) -> list[Param]:
+    """BERT's and GPT-2's per-layer LayerNorms (ln1, ln2: where each sits) and two-matrix feed-forward."""
+    L, d, dff = c.n_layers, c.d, c.d_ff
+    return [
+        Param("ln1_gamma", "gamma_1", (d,), L, ln1 + ", scale"),
+        Param("ln1_beta", "beta_1", (d,), L, ln1 + ", shift"),
+        Param("W_1", "W_1", (d, dff), L, "feed-forward expansion"),
+        Param("b_1", "b_1", (dff,), L, "feed-forward expansion bias"),
+        Param("W_2", "W_2", (dff, d), L, "feed-forward projection back to d"),
+        Param("b_2", "b_2", (d,), L, "feed-forward output bias"),
+        Param("ln2_gamma", "gamma_2", (d,), L, ln2 + ", scale"),
+        Param("ln2_beta", "beta_2", (d,), L, ln2 + ", shift"),
+    ]
+
+
 def parameter_table(config: ModelConfig) -> list[Param]:
     """Every learned matrix of the checkpoint, as its family lists it."""
     from qkv_cli.models.registry import family_for

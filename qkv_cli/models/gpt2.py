@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
 from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
-from qkv_cli.models.config import ModelConfig, Param, attention_params
+from qkv_cli.models.config import ModelConfig, Param, attention_params, layer_norm_mlp_params
 from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm
 
 MODEL_TYPE = "gpt2"
@@ -42,20 +42,13 @@ def read_config(keys) -> dict:
 
 
 def parameter_table(c: ModelConfig) -> list[Param]:
-    L, d, dff = c.n_layers, c.d, c.d_ff
+    d = c.d
     ln1, ln2 = "LayerNorm before attention (pre-LN)", "LayerNorm before the feed-forward (pre-LN)"
     return [
         Param("wte", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
         Param("wpe", "P", (c.max_positions, d), 1, "learned position vectors"),
         *attention_params(c),
-        Param("ln1_gamma", "gamma_1", (d,), L, ln1 + ", scale"),
-        Param("ln1_beta", "beta_1", (d,), L, ln1 + ", shift"),
-        Param("W_1", "W_1", (d, dff), L, "feed-forward expansion"),
-        Param("b_1", "b_1", (dff,), L, "feed-forward expansion bias"),
-        Param("W_2", "W_2", (dff, d), L, "feed-forward projection back to d"),
-        Param("b_2", "b_2", (d,), L, "feed-forward output bias"),
-        Param("ln2_gamma", "gamma_2", (d,), L, ln2 + ", scale"),
-        Param("ln2_beta", "beta_2", (d,), L, ln2 + ", shift"),
+        *layer_norm_mlp_params(c, ln1, ln2),
         Param("ln_f_gamma", "gamma", (d,), 1, "final LayerNorm scale"),
         Param("ln_f_beta", "beta", (d,), 1, "final LayerNorm shift"),
     ]
