@@ -13,6 +13,7 @@ except ImportError:  # pragma: no cover - older typer is built on click
     from click import exceptions as click_exceptions
 
 from qkv_cli import __version__
+from qkv_cli.cli.usage import extra_arguments_hint, plain_metavars, short_usage
 from qkv_cli.errors import QkvError
 
 
@@ -21,13 +22,15 @@ class QkvGroup(TyperGroup):
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         code = 0
+        plain_metavars(self)
         try:
             rv = super().main(args=args, prog_name="qkv", complete_var=complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0
-        except NO_ARGS_IS_HELP as exc:  # `qkv` alone: the help, on stdout, as for --help
-            typer.echo(exc.format_message())
+        except NO_ARGS_IS_HELP as exc:  # `qkv` alone: a short usage with examples, on stdout (--help has it all)
+            typer.echo(short_usage(self, exc.ctx))
         except click_exceptions.UsageError as exc:
-            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+            # a subcommand's error names it (`qkv run: ...`); the root's would repeat the `qkv: error:` prefix
+            where = f"{exc.ctx.command_path}: " if exc.ctx is not None and exc.ctx.parent is not None else ""
             code = fail(f"{where}{usage_message(exc)}")
         except click_exceptions.ClickException as exc:
             code = fail(exc.format_message())
@@ -67,19 +70,40 @@ def flushed() -> int:
 NO_ARGS_IS_HELP = getattr(click_exceptions, "NoArgsIsHelpError", ())
 
 
+PYDANTIC = {  # typer's validator's error types, in plain words
+    "int_parsing": "is not an integer",
+    "int_from_float": "is not an integer",
+    "float_parsing": "is not a number",
+}
+
+
 def usage_message(exc) -> str:
-    """Click's message, plus the rejected value when typer's validator only says what it wanted."""
+    """Click's message in plain words: the rejected value and what would do, where typer's validator (pydantic)
+    says "Input should be a valid integer, unable to parse string as an integer"."""
     message = exc.format_message()
     errors = getattr(exc.__cause__, "errors", None)  # typer validates with pydantic: the error holds the input
     if isinstance(exc, click_exceptions.BadParameter) and callable(errors):
         try:
-            value = errors()[0]["input"]
+            error = errors()[0]
+            value, kind, said = error["input"], error.get("type"), str(error.get("msg", ""))
         except (LookupError, TypeError, ValueError):
             return message
-        if isinstance(value, str | int | float) and repr(str(value)) not in message:
+        if not isinstance(value, str | int | float):
+            return message
+        plain = PYDANTIC.get(kind)
+        if plain is None and said.startswith("Input should be "):
+            plain = f"is not valid: it should be {said.removeprefix('Input should be ')}"
+        if plain is not None:
+            exc.message = f"{str(value)!r} {plain}"
+            return exc.format_message()
+        if said.startswith("Value error, "):  # a choice: "'xml' is not one of 'table', 'json', 'csv'."
+            exc.message = said.removeprefix("Value error, ")
+            return exc.format_message()
+        if repr(str(value)) not in message:
             return f"{message} (got {str(value)!r})"
     elif not isinstance(exc, click_exceptions.BadParameter) and exc.ctx is not None:  # unknown option or command
-        return f"{message} (try '{exc.ctx.command_path} --help')"
+        hint = extra_arguments_hint(exc) or f"try '{exc.ctx.command_path} --help'"
+        return f"{message} ({hint})"
     return message
 
 
@@ -103,7 +127,7 @@ def fail(message: str, code: int = 2) -> int:
 
 app = typer.Typer(
     cls=QkvGroup,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion; the shell asks through _QKV_COMPLETE
     no_args_is_help=True,
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},

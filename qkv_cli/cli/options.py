@@ -1,6 +1,8 @@
 """Every command-line option, declared once as an Annotated alias, and the option sets commands choose from.
 
-Choices come from the registries (kernels, dtypes ...), so a new kernel is offered by --kernel without an edit here.
+Choices come from the registries (kernels, dtypes ...), so a new kernel is offered by --kernel, listed in its
+metavar `[vectorized|loop|...]` and completed by the shell without an edit here. Metavars say what to type (INTEGER,
+PATH, [a|b]); app.py gives the same kind of metavar to an option declared elsewhere without one.
 """
 
 from __future__ import annotations
@@ -13,10 +15,39 @@ import typer
 from qkv_cli.core.kernels import KERNELS
 from qkv_cli.core.settings import ABLATE, ABLATE_WITH, DTYPES, POSITIONS, PROJECTIONS
 from qkv_cli.pipeline.request import FUSIONS, METHODS
+from qkv_cli.text.tokens import TOKENIZER_NAMES as TOKENIZERS  # or a path to a tokenizer.json
 
 
 def choices(name: str, values) -> type[StrEnum]:
     return StrEnum(name, {v: v for v in values})
+
+
+def one_of(values, *more: str) -> str:
+    """The metavar of a choice: `[vectorized|loop|reference]`; `more` adds free forms (NUMBER, PATH)."""
+    return "[" + "|".join([*values, *more]) + "]"
+
+
+def completing(*values: str):
+    """Shell completion of a free-form option's named values (--kernel, --scale, --tokenizer)."""
+
+    def complete(incomplete: str) -> list[str]:
+        return [v for v in values if v.startswith(incomplete)]
+
+    return complete
+
+
+def integers(values: list[str] | None) -> list[int] | None:
+    """--head 0,2 and --head 0 --head 2 alike (also --layer): each value is one integer or a comma list of them."""
+    if not values:
+        return None
+    found = []
+    for value in values:
+        for piece in str(value).split(","):
+            try:
+                found.append(int(piece.strip()))
+            except ValueError:
+                raise typer.BadParameter(f"{piece.strip()!r} is not an integer: give e.g. 0, or 0,2") from None
+    return found
 
 
 Dtype = choices("Dtype", DTYPES)
@@ -28,49 +59,80 @@ Format = choices("Format", ("table", "json", "csv"))
 TableJson = choices("TableJson", ("table", "json"))
 
 SHOW_CHOICES = ("q", "k", "v", "scores", "mask", "weights", "output", "heads", "h")
+SCALES = ("auto", "none", "sqrt")  # the names core.kernels.resolve_scale takes (a test checks); or any number
+INT, PATH = "INTEGER", "PATH"
 
-TextArg = Annotated[str | None, typer.Argument(help="Text to inspect ('-' reads stdin).", show_default=False)]
-FileOpt = Annotated[str | None, typer.Option("--file", "-f", help="Read the text from a UTF-8 file ('-' = stdin).")]
+TextArg = Annotated[
+    str | None, typer.Argument(metavar="TEXT", help="Text to inspect, in quotes ('-' reads stdin).", show_default=False)
+]
+FileOpt = Annotated[
+    str | None, typer.Option("--file", "-f", metavar=PATH, help="Read the text from a UTF-8 file ('-' = stdin).")
+]
 DOpt = Annotated[int, typer.Option("--d", min=1, help="Model width d (columns of H).")]
 TauOpt = Annotated[int, typer.Option("--heads", "--tau", min=1, help="Number of heads tau; d_k = d / tau.")]
 SeedOpt = Annotated[int, typer.Option(min=0, help="Seed for token vectors and projections.")]
-KernelOpt = Annotated[str, typer.Option(help=f"Attention kernel: {', '.join(KERNELS)} (same numbers).")]
+KernelOpt = Annotated[
+    str,
+    typer.Option(metavar=one_of(KERNELS), autocompletion=completing(*KERNELS),
+                 help="Attention kernel (every one gives the same numbers)."),
+]  # fmt: skip
 CausalOpt = Annotated[bool, typer.Option("--causal", help="Causal mask V_<=i: query i sees keys 0..i.")]
 WindowOpt = Annotated[
     int | None, typer.Option(min=1, help="Sliding window n_c: query i sees keys i-n_c+1..i (implies causal).")
 ]
 ScaleOpt = Annotated[
-    str, typer.Option(help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number.")
-]
+    str,
+    typer.Option(metavar=one_of(SCALES, "NUMBER"), autocompletion=completing(*SCALES),
+                 help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number."),
+]  # fmt: skip
 PositionsOpt = Annotated[Positions, typer.Option(help="Add sinusoidal positional encodings to H, or none.")]
 ProjectionOpt = Annotated[
     Projection, typer.Option(help="random (seeded Glorot) W_j^q/k/v, or identity: Q = K = V = slices of H.")
 ]
 DtypeOpt = Annotated[Dtype, typer.Option(help="Floating point type.")]
-TokenizerOpt = Annotated[str, typer.Option(help="word, bpe, or a path to a Hugging Face tokenizer.json.")]
+TokenizerOpt = Annotated[
+    str,
+    typer.Option(metavar=one_of(TOKENIZERS, PATH), autocompletion=completing(*TOKENIZERS),
+                 help="word, bpe, or a path to a Hugging Face tokenizer.json."),
+]  # fmt: skip
 MaxMemoryOpt = Annotated[
-    str | None, typer.Option("--max-memory", help="Refuse runs estimated above this, e.g. 2GB (default: half the RAM).")
+    str | None,
+    typer.Option("--max-memory", metavar="SIZE", help="Refuse runs estimated above this, e.g. 2GB (default: half "
+                 "the RAM)."),
+]  # fmt: skip
+HeadOpt = Annotated[
+    list[str] | None,
+    typer.Option("--head", metavar=INT, callback=integers,
+                 help="Head to show, 0..tau-1: --head 0,2 or --head 0 --head 2 (default all)."),
+]  # fmt: skip
+ShowOpt = Annotated[
+    str, typer.Option(metavar="NAMES", help=f"Comma list of matrices to show: {','.join(SHOW_CHOICES)}.")
 ]
-HeadOpt = Annotated[list[int] | None, typer.Option("--head", help="Head to show, 0..tau-1 (repeatable; default all).")]
-ShowOpt = Annotated[str, typer.Option(help=f"Comma list of matrices to show: {','.join(SHOW_CHOICES)}.")]
 PrecisionOpt = Annotated[int, typer.Option(min=0, max=12, help="Digits after the decimal point.")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or csv (on stdout).")]
 TableJsonOpt = Annotated[TableJson, typer.Option("--format", help="table or json (on stdout).")]
-SaveNpzOpt = Annotated[str | None, typer.Option("--save-npz", help="Also save every matrix to this .npz file.")]
-OutOpt = Annotated[str, typer.Option("--out", "-o", help="Image file: .png, .svg or .pdf.")]
-ContextOpt = Annotated[
-    str | None, typer.Option("--context", help="Cross-attention: keys and values from this text Y, queries from TEXT.")
+SaveNpzOpt = Annotated[
+    str | None, typer.Option("--save-npz", metavar=PATH, help="Also save every matrix to this .npz file.")
 ]
+OutOpt = Annotated[str, typer.Option("--out", "-o", metavar=PATH, help="Image file: .png, .svg or .pdf.")]
+ContextOpt = Annotated[
+    str | None,
+    typer.Option("--context", metavar="TEXT", help="Cross-attention: keys and values from this text Y, queries "
+                 "from TEXT."),
+]  # fmt: skip
 ContextFileOpt = Annotated[
-    str | None, typer.Option("--context-file", help="Read the --context text from a UTF-8 file ('-' = stdin).")
+    str | None,
+    typer.Option("--context-file", metavar=PATH, help="Read the --context text from a UTF-8 file ('-' = stdin)."),
 ]
 KvHeadsOpt = Annotated[
     int | None,
     typer.Option("--kv-heads", min=1, help="Grouped-query attention: G key/value heads shared by the tau query heads."),
 ]
 MaskFileOpt = Annotated[
-    str | None, typer.Option("--mask-file", help="Custom m x n mask: .npy boolean or a 0/1 text grid; 1 = may attend.")
-]
+    str | None,
+    typer.Option("--mask-file", metavar=PATH, help="Custom m x n mask: .npy boolean or a 0/1 text grid; 1 = may "
+                 "attend."),
+]  # fmt: skip
 AblateOpt = Annotated[
     Ablate | None, typer.Option("--ablate", help="Replace Q, K or V (a projection's output) to see what changes.")
 ]
@@ -81,16 +143,18 @@ ModelOpt = Annotated[
     str | None,
     typer.Option(
         "--model",
+        metavar="NAME|PATH",
         help="A real checkpoint: a folder with config.json, model.safetensors and tokenizer.json, a NAME in the "
-        "Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2), or an installed package that ships one.",
+        "Hugging Face cache (e.g. sentence-transformers/all-MiniLM-L6-v2), or an installed package that ships one "
+        "(qkv models lists them).",
     ),
 ]
 LayerOpt = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--layer", help="With --model: layer 0..L-1 or -1 (repeatable; default last for tables, all for JSON)."
-    ),
-]
+    list[str] | None,
+    typer.Option("--layer", metavar=INT, callback=integers,
+                 help="With --model: layer 0..L-1 or -1; --layer 0,2 or --layer 0 --layer 2 (default last for "
+                 "tables, all for JSON)."),
+]  # fmt: skip
 DownloadOpt = Annotated[
     bool,
     typer.Option("--download", help="With --model NAME not in the cache: fetch it (pip install 'qkv-cli[download]')."),

@@ -1,12 +1,18 @@
-"""The terminal: one rich Console for stdout, and clean() for every string that came from a file or the user."""
+"""The terminal: one rich Console for stdout, and clean() for every string that came from a file or the user.
+
+On a terminal, rich fits the output to its width. Into a file or a pipe nothing is cut to 80 columns: tables
+keep every column (or fit the width COLUMNS gives), and no line ends in spaces."""
 
 from __future__ import annotations
 
+import os
 import re
 
 from rich.console import Console
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_TRAILING = re.compile(r" +(?=\n)")
+WIDE = 1 << 15  # the width of a file or a pipe: wide enough for every column of a windowed table
 
 
 def clean(text: str) -> str:
@@ -20,6 +26,16 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:  # rich would exit 1; let the CLI stop quietly with 0
         raise BrokenPipeError
 
+    def _render_buffer(self, buffer) -> str:
+        """Off a terminal, the spaces rich pads lines with are dropped (a saved table diffs and greps cleanly).
+        (rich's hook between rendering and writing; tests/views/test_tables.py checks a file has no trailing space.)"""
+        text = super()._render_buffer(buffer)
+        return text if self.is_terminal else _TRAILING.sub("", text)
+
 
 def console() -> Console:
-    return _Console(highlight=False, soft_wrap=False)
+    out = _Console(highlight=False, soft_wrap=False)
+    columns = os.environ.get("COLUMNS", "")
+    if not out.is_terminal and not (columns.isdigit() and int(columns) > 0):
+        out.width = WIDE
+    return out

@@ -27,13 +27,12 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
         out = console()
         out.print(settings_line(result), style="bold")
         where = f"layer {result.model.layer}: " if result.model is not None else ""
-        parts, notes = tables.result_views(result, show, heads, precision, out.width, where)
-        for part in parts:
+        parts, _ = tables.result_views(result, show, heads, precision, out.width, where)
+        for part in parts:  # each table with its note ("showing 48 of 300 rows ...") under it
             out.print(part)
-        for note in notes:
-            out.print(note, style="italic")
-        if "weights" in show:
-            out.print(tables.legend())
+        key = tables.legend_for(result, show, precision)  # the dots' legend, only when some are drawn
+        if key is not None:
+            out.print(key)
         if result.ablation is not None:
             out.print(ablation_line(result.ablation), style="yellow")
         if result.empty_rows.any():
