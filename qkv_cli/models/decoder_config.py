@@ -81,7 +81,7 @@ def read(
     return {
         "n_layers": n_layers,
         "n_heads": tau,
-        "n_kv_heads": keys.int("num_key_value_heads", tau),
+        "n_kv_heads": kv_heads(keys, tau),
         "d": d,
         "d_ff": keys.int("intermediate_size"),
         "vocab_size": keys.int("vocab_size"),
@@ -180,3 +180,13 @@ def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positio
         raise QkvError(f"{keys.where}: the RoPE parameters {p!r} are not valid ({exc})") from None
     except QkvError as exc:
         raise QkvError(f"{keys.where}: {exc}") from None
+
+
+def kv_heads(keys, tau: int) -> int:
+    """G: num_key_value_heads (absent or null: as many as query heads); 0 or negative is refused, not defaulted."""
+    G = keys.int("num_key_value_heads", None)
+    if G is None:
+        return tau
+    if G < 1:
+        raise QkvError(f"{keys.where}: 'num_key_value_heads' must be at least 1, got {G}")
+    return G

@@ -54,6 +54,8 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] | None = None)
             raise _refuse(p, "it is not a regular file (a device, a FIFO or a socket): qkv writes only regular files")
         if not st.st_mode & 0o222:
             raise _refuse(p, "it is read-only (make it writable, or choose another name)")
+        if _is_terminal_stream(st):
+            raise _refuse(p, "it is this run's standard output or error (a link such as /proc/self/fd/1)")
     if is_input(real):
         raise _refuse(p, "it is one of this run's inputs")
     if len(os.fsencode(real.name)) > NAME_MAX:
@@ -107,6 +109,17 @@ def save_npz(arrays: dict, path: str | Path) -> Path:
             with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
     return p
+
+
+def _is_terminal_stream(st: os.stat_result) -> bool:  # the file stdout or stderr writes to (same device and inode)
+    for fd in (1, 2):
+        try:
+            other = os.fstat(fd)
+        except OSError:
+            continue
+        if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    return False
 
 
 def _umask() -> int:

@@ -185,3 +185,13 @@ def test_models_lists_good_entries_beside_a_bad_one(tmp_path):
     assert "org/binary" in rows  # its only snapshot, or marked: never the end of the listing
     table = subprocess.run([QKV, "models"], cwd=tmp_path, capture_output=True, text=True, env=env)
     assert table.returncode == 0 and "org/good" in table.stdout and "\x1b" not in table.stdout
+
+
+def test_a_link_to_stdout_is_not_replaced(tmp_path):
+    """--save-npz through /proc/self/fd/1 with stdout redirected to a file: refused, the file keeps the output."""
+    (tmp_path / "link.npz").symlink_to("/proc/self/fd/1")
+    with open(tmp_path / "stdout.txt", "w") as out:
+        proc = subprocess.run([QKV, "run", "the cat", "--save-npz", "link.npz"], cwd=tmp_path, stdout=out,
+                              stderr=subprocess.PIPE, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and "standard output" in proc.stderr, proc.stderr
+    assert (tmp_path / "stdout.txt").read_bytes()[:2] != b"PK"  # not replaced by a zip

@@ -82,6 +82,8 @@ BAD = [
     ({"model_type": "mamba"}, ["'mamba'", "llama", "gemma2", "olmo2"]),
     ({"model_type": ["llama"]}, ["'list'", "supported"]),
     ({"num_key_value_heads": 3}, ["8 query heads", "3 key/value heads"]),
+    ({"num_key_value_heads": 0}, ["num_key_value_heads", "at least 1"]),
+    ({"num_key_value_heads": -2}, ["num_key_value_heads", "at least 1"]),
     ({"num_attention_heads": 0}, ["num_attention_heads", "at least 1"]),
     ({"hidden_size": 60}, ["head_dim"]),
     ({"intermediate_size": "96"}, ["intermediate_size", "integer"]),
