@@ -134,18 +134,26 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
         for row in stats_grid:
             out.print(f"layer {row[0]['layer']}: {role_counts(row)}")
         out.print()
-    out.print(narrow(head_table(flat, COLUMNS, layers > 1 or checkpoint), out))
+    by_layer = layers > 1 or checkpoint
+    out.print(fitted(flat, COLUMNS, by_layer, out))
     if extended:
-        out.print(
-            narrow(head_table(flat, DETECTOR_COLUMNS, layers > 1 or checkpoint, "Next token, sink and detectors"), out)
-        )
+        out.print(fitted(flat, DETECTOR_COLUMNS, by_layer, out, "Next token, sink and detectors"))
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
     if extended:
         out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")
 
 
-def head_table(flat, columns, by_layer: bool, title=None):
-    """One row per (layer, head): the columns' numbers and the role (a sink names its token)."""
+def fitted(flat, columns, by_layer: bool, out, title=None):
+    """head_table at the terminal's width: tighter gaps, then the short role names of the legend if still too wide."""
+    table = narrow(head_table(flat, columns, by_layer, title), out)
+    if out.measure(table, options=out.options.update_width(1 << 16)).maximum <= out.width:
+        return table
+    return narrow(head_table(flat, columns, by_layer, title, short=True), out)
+
+
+def head_table(flat, columns, by_layer: bool, title=None, short: bool = False):
+    """One row per (layer, head): the columns' numbers and the role (a sink names its token); short: the role as
+    the legend abbreviates it (prev, first, ...)."""
     from rich import box
     from rich.table import Table
 
@@ -159,7 +167,8 @@ def head_table(flat, columns, by_layer: bool, title=None):
     for s in flat:
         cells = ([str(s["layer"])] if by_layer else []) + [str(s["head"])]
         cells += [f"{s[k]:.2f}" if k in ("entropy", "mean_distance") else f"{s[k]:.3f}" for k, _ in columns]
-        table.add_row(*cells, s["role"] + (f" ({clean(s['sink_token'])})" if s["role"] == "sink" else ""))
+        role = ROLE_SHORT[s["role"]] if short else s["role"]
+        table.add_row(*cells, role + (f" ({clean(s['sink_token'])})" if s["role"] == "sink" else ""))
     return table
 
 

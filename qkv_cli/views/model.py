@@ -116,12 +116,26 @@ def emit_models(rows: list[dict], fmt: str) -> None:
         out.print("no checkpoints found (Hugging Face cache or installed packages); give --model a folder")
         return
     table = Table(title="Checkpoints for --model", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
-    for col in ("name", "family", "layers", "heads", "d", "vocab", "size", "path"):
-        justify = "right" if col in ("layers", "heads", "d", "vocab", "size") else "left"
-        # the name is what --model takes: never cut it; a long path folds onto more lines
-        table.add_column(col, justify=justify, no_wrap=col != "path", overflow="fold")
-    for r in rows:
-        cells = [r.get("name"), r.get("family"), r.get("layers"), r.get("heads"), r.get("d"), r.get("vocab_size"),
-                 human(r["size_bytes"]) if r.get("size_bytes") else "", r.get("path")]  # fmt: skip
-        table.add_row(*(Text(clean("" if c is None else str(c))) for c in cells))
+    names = ("name", "family", "layers", "heads", "d", "vocab", "size", "path")
+    rows_cells = [[clean("" if c is None else str(c)) for c in (
+        r.get("name"), r.get("family"), r.get("layers"), r.get("heads"), r.get("d"), r.get("vocab_size"),
+        human(r["size_bytes"]) if r.get("size_bytes") else "", r.get("path"))] for r in rows]  # fmt: skip
+    # the name is what --model takes: never cut it; a path too long for the width keeps its end ("…/model")
+    others = sum(max(len(n), *(len(c[i]) for c in rows_cells)) + 2 for i, n in enumerate(names[:-1]))
+    room = out.width - others - 4  # each column: its cells, a space of padding and one of separator
+    if room < 10:  # no room for a useful path: leave the column out rather than squeeze every other one
+        names, rows_cells = names[:-1], [c[:-1] for c in rows_cells]
+    longest = max(len(c[0]) for c in rows_cells)
+    for col in names:
+        table.add_column(col, justify="left" if col in ("name", "family", "path") else "right", no_wrap=True,
+                         min_width=longest if col == "name" else None)  # fmt: skip
+    for cells in rows_cells:
+        if names[-1] == "path" and len(cells[-1]) > room:
+            cells[-1] = "…" + cells[-1][-(room - 1) :]
+        table.add_row(*(Text(c) for c in cells))
     out.print(table)
+    if names[-1] != "path":
+        out.print("(paths left out at this width: widen the terminal, or qkv models --format json)", style="dim")
+    for r in rows:  # a bad entry is listed, with why
+        if r.get("error"):
+            out.print(Text(f"{clean(r.get('name') or '?')}: {clean(r['error'])}"), style="dim")
