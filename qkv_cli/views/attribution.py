@@ -146,14 +146,13 @@ def tables(r: Result, heads, precision: int) -> None:
                        (where + f"alpha^{j}_ij ||f^{j}(x_j)||, head {j}", r.attribution_heads[j], False)]  # fmt: skip
     else:
         panels.append((r.method + (f" ({r.head_fusion} over heads)" if r.head_fusion else ""), r.attribution, True))
-    notes = set()
     for title, matrix, is_weight in panels:
         table, note = grid(title, matrix, r, precision, out.width, is_weight)
         out.print(table)
-        notes.add(note)
-    for note in sorted(n for n in notes if n):
-        out.print(note, style="italic")
-    out.print(t.legend())
+        if note:  # each note under its table
+            out.print(note, style="italic")
+    if np.asarray(r.masked)[: t.MAX_ROWS].any():  # the dots' legend, only when some are drawn
+        out.print(t.legend())
     out.print(summary(r))
 
 

@@ -48,8 +48,8 @@ def emit(batch, show, heads, precision, fmt, save_npz=None) -> None:
             for row, j in zip(summary, heads, strict=True):
                 row["head"] = j
             out.print(tables.summary_table(summary, title=f"[{b}] per-head summary"))
-        if "weights" in show:
-            out.print(tables.legend())
+        if "weights" in show and any(r.masked[: tables.MAX_ROWS].any() for r in batch.items):
+            out.print(tables.legend())  # only when some dot is drawn
     if save_npz is not None:
         from qkv_cli.views.files import save_npz as save
 

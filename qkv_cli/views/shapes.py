@@ -37,15 +37,16 @@ def emit_sizes(sh, fmt: str) -> None:
         print(json.dumps(doc))
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from qkv_cli.views.console import console as terminal
 
     n = m if n is None else n
     width = f"d_k=d/tau={dk}" if dk * tau == d else f"d_k={dk}"
     title = f"m={m} n={n} d={d} tau={tau} {width} {dtype}; per-head matrices show one head, x = how many"
     table = Table(title=Text(title), box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1), pad_edge=False)
-    console = Console(highlight=False)
+    console = terminal()  # the shared stdout console: every column when redirected, no escape bytes
     columns = ["matrix", "notation", "shape", "x", "params", "FLOPs", "bytes"]
     wide = console.width >= 110
     rows = []
@@ -104,13 +105,13 @@ def emit_model(sh, fmt: str) -> None:
         print(json.dumps(doc))
         return
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     from qkv_cli.views.console import clean
+    from qkv_cli.views.console import console as terminal
 
-    console = Console(highlight=False)
+    console = terminal()  # the shared stdout console: every column when redirected, no escape bytes
     console.print(Text(f"{clean(c.name)}: " + " ".join(f"{k}={v}" for k, v in dims.items())), style="bold")
     table = Table(title=Text("Learned parameters (per-head matrices: one head's shape, x = how many in the model)"),
                   box=box.SIMPLE_HEAD, title_justify="left")  # fmt: skip
