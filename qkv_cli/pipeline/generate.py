@@ -56,7 +56,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         z = out.logits[-1]
         p = softmax(np.asarray(z, dtype=np.float64))
         token = choose(z, temperature, top_k, rng)
-        best = np.argsort(-p, kind="stable")[:TOP]
+        best = np.argsort(-p, kind="stable")[:TOP].copy()  # a copy: a view would keep the whole argsort alive
         ids.append(token)
         probs.append(p[token])
         top_ids.append(best)

@@ -14,7 +14,7 @@ TOP = 5
 
 def top_k(z, k: int = TOP):  # [m, V] scores -> ([m, k] ids, [m, k] probabilities), most probable first
     p = softmax(np.asarray(z, dtype=np.float64))
-    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k]
+    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].copy()  # not a view of the whole (m, V) argsort
     return ids, np.take_along_axis(p, ids, axis=-1)
 
 
