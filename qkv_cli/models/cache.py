@@ -39,7 +39,7 @@ class Step:
     """What one call of `step` computed for its new tokens."""
 
     hidden: np.ndarray  # (m, d) after the final norm
-    logits: np.ndarray | None  # (m, V), None for an encoder
+    logits: np.ndarray | None  # (1, V): the last new token's next-token scores; None for an encoder
     attentions: list  # per layer (tau, m, n): each new token's weights over every token so far
 
 
@@ -80,4 +80,4 @@ def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
         check_finite(x, layer, model.name)
         rows.append(parts.weights)
     h = fam.final(p, c, x)
-    return Step(h, fam.logits(p, c, h), rows)
+    return Step(h, fam.logits(p, c, h[-1:]), rows)  # the next token's scores: the last row only (not P x V)
