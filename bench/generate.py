@@ -40,11 +40,9 @@ from __future__ import annotations
 import os
 import sys
 
-_CLEARED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(v in os.environ for v in _CLEARED) and not os.environ.get("QKV_BENCH_REEXEC"):
-    env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
-    env["QKV_BENCH_REEXEC"] = "1"
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from machine import without_openblas_env
+
+without_openblas_env()  # before NumPy is imported
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
@@ -55,7 +53,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
 
 # 64 tokens in SmolLM2's tokenizer; the first --prompt-tokens ids are used (the text repeated if it is too short)
 PROMPT = (
@@ -182,7 +180,7 @@ def main() -> None:
     repeats, rc_repeats = max(1, args.repeats), max(0, min(args.recompute_repeats, args.repeats))
     print(
         f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs; "
-        f"cleared: {', '.join(_CLEARED) if os.environ.get('QKV_BENCH_REEXEC') else 'nothing to clear'}"
+        f"cleared: {', '.join(CLEARED) if os.environ.get('QKV_BENCH_REEXEC') else 'nothing to clear'}"
     )
     threads = blas_report()
 

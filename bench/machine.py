@@ -5,10 +5,20 @@ Imported by bench/model.py and bench/generate.py (run as `python bench/NAME.py`,
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CLEARED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")  # older OpenBLAS settings that slow a current NumPy
+
+
+def without_openblas_env() -> None:
+    """Re-execute this script without CLEARED in its environment (call it before importing NumPy), once."""
+    if any(v in os.environ for v in CLEARED) and not os.environ.get("QKV_BENCH_REEXEC"):
+        env = {k: v for k, v in os.environ.items() if k not in CLEARED}
+        env["QKV_BENCH_REEXEC"] = "1"
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 
 def default_gguf() -> Path | None:

