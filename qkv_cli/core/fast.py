@@ -103,13 +103,14 @@ def _chunks(G, r, parts):  # -> slices of the (G, r) head grid, ``parts`` of the
     return [(cut, slice(None)) if axis == 0 else (slice(None), cut) for cut in cuts]
 
 
-def vectorized_kernel(Q, K, V, mask, scale, softcap=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> out, weights
-    """All heads at once: batched matmuls over the head axis, softmax in place inside the weights array."""
+def vectorized_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> ..
+    """All heads at once: batched matmuls over the head axis, softmax in place inside the weights array (into,
+    when given: zero-filled, so the blocks the mask skips are left as they are)."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
-        return _vectorized(Q, K, V, mask, float(scale), softcap)
+        return _vectorized(Q, K, V, mask, float(scale), softcap, into)
 
 
-def _vectorized(Q, K, V, mask, s, cap):
+def _vectorized(Q, K, V, mask, s, cap, into):
     tau, m, dk = Q.shape
     G, n, dv = V.shape
     r = tau // G
@@ -122,7 +123,7 @@ def _vectorized(Q, K, V, mask, s, cap):
     parallel = size >= PARALLEL_BYTES
 
     if size <= BLOCKED_BYTES:  # one unblocked pass over all heads (a half per thread)
-        weights = np.empty((tau, m, n), dtype=Q.dtype)
+        weights = np.empty((tau, m, n), dtype=Q.dtype) if into is None else into
         W4 = weights.reshape(G, r, m, n)  # query head j = (g, h): key/value head g, h-th head sharing it
         out4 = out.reshape(G, r, m, dv)
 
@@ -145,7 +146,7 @@ def _vectorized(Q, K, V, mask, s, cap):
 
     plan = plan_blocks(mask, m, n, block_rows(n, Q.dtype.itemsize))
     skips = any(b.c0 > 0 or b.c1 < n for b in plan)
-    weights = (np.zeros if skips else np.empty)((tau, m, n), dtype=Q.dtype)  # skipped columns stay exactly 0
+    weights = into if into is not None else (np.zeros if skips else np.empty)((tau, m, n), dtype=Q.dtype)  # 0 skipped
 
     def work(task):  # one head j, one row block b
         j, b = task

@@ -16,7 +16,7 @@ from qkv_cli.core.gqa import kv_heads_of
 from qkv_cli.core.numerics import scaled_scores, softmax_
 
 
-def reference_kernel(Q, K, V, mask, scale, softcap=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> out, weights
+def reference_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> ..
     kv = kv_heads_of(Q.shape[0], K.shape[0])  # query head j reads key/value head kv[j] = j // (tau / G)
     K, V = K[kv], V[kv]  # (tau, n, dk), (tau, n, dv)
     S = scaled_scores(Q, K, scale, softcap)  # Q K^T * scale: (tau, m, dk) x (tau, dk, n) -> (tau, m, n)
@@ -24,4 +24,7 @@ def reference_kernel(Q, K, V, mask, scale, softcap=None):  # [tau,m,dk], [G,n,dk
         S += mask  # + Mask: -inf removes a key
     weights = softmax_(S)  # alpha = Softmax(S + Mask), row by row
     out = weights @ V  # alpha V: (tau, m, n) x (tau, n, dv) -> (tau, m, dv)
+    if into is not None:  # the caller's array holds the weights
+        into[...] = weights
+        weights = into
     return out, weights

@@ -1,8 +1,9 @@
 """The kernel registry and ``attention``, the public entry point.
 
-Every kernel has one signature, ``kernel(Q, K, V, mask, scale, softcap=None) -> (out, weights)``:
-Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v), mask (m, n) additive or None, scale a Python float; returns
-out (tau, m, d_v) and weights (tau, m, n) in Q's dtype. G = tau is ordinary multi-head attention; G < tau
+Every kernel has one signature, ``kernel(Q, K, V, mask, scale, softcap=None, into=None) -> (out, weights)``:
+Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v), mask (m, n) additive or None, scale a Python float, into None
+or a zero-filled (tau, m, n) array to hold the weights; returns out (tau, m, d_v) and weights (tau, m, n) (into
+itself when given) in Q's dtype. G = tau is ordinary multi-head attention; G < tau
 (tau divisible by G) is grouped-query attention. A new kernel is one function and one entry in KERNELS: the
 contract tests (tests/core/test_kernels.py) and the CLI's --kernel choices read this dict.
 The entries name their function as "module:function" and are imported on first use, so listing the kernels
@@ -100,21 +101,25 @@ def check_inputs(Q, K, V, mask):
         raise QkvError(f"mask must have shape (m, n) = ({m}, {n}), got {getattr(mask, 'shape', type(mask))}")
 
 
-def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None):
+def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None, into=None):
     """out, weights = Softmax(Q K^T * scale + mask) V.
 
     Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v) with G dividing tau; mask (m, n) additive (0 / -inf) or
     None; scale None means 1/sqrt(d_k); softcap c applies tanh(S / c) * c to the scaled scores before the mask.
     Returns out (tau, m, d_v) and weights (tau, m, n) in Q's dtype. A float32 or float64 mask is used as given
-    (never copied); other dtypes are converted to Q's dtype.
+    (never copied); other dtypes are converted to Q's dtype. into: a zero-filled (tau, m, n) array of Q's dtype
+    (a model's slot for this layer) that becomes the weights, so they are written once, not written and copied.
     """
     import numpy as np
 
     check_inputs(Q, K, V, mask)
     run = get_kernel(kernel)
-    if Q.shape[1] == 0 or K.shape[1] == 0:  # no queries, or no keys (every row fully masked): zeros
-        tau, m, _ = Q.shape
-        return np.zeros((tau, m, V.shape[-1]), dtype=Q.dtype), np.zeros((tau, m, K.shape[1]), dtype=Q.dtype)
+    tau, m, _ = Q.shape
+    if into is not None and (into.shape != (tau, m, K.shape[1]) or into.dtype != Q.dtype):
+        raise QkvError(f"into must be a {Q.dtype} array of shape {(tau, m, K.shape[1])}, got {into.dtype} {into.shape}")
+    if m == 0 or K.shape[1] == 0:  # no queries, or no keys (every row fully masked): zeros
+        weights = np.zeros((tau, m, K.shape[1]), dtype=Q.dtype) if into is None else into
+        return np.zeros((tau, m, V.shape[-1]), dtype=Q.dtype), weights
     if mask is not None and mask.dtype not in (np.float32, np.float64):
         mask = mask.astype(Q.dtype)
-    return run(Q, K, V, mask, resolve_scale(scale, Q.shape[-1]), softcap)
+    return run(Q, K, V, mask, resolve_scale(scale, Q.shape[-1]), softcap, into=into)

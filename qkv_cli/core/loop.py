@@ -12,12 +12,12 @@ from qkv_cli.core.gqa import kv_head_of
 from qkv_cli.core.numerics import exp_normalize_, scale_, softcap_, softmax_
 
 
-def loop_kernel(Q, K, V, mask, scale, softcap=None):  # same signature as formula.reference_kernel
+def loop_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # same signature as formula.reference_kernel
     tau, m, _ = Q.shape
     G, n, dv = V.shape
     ones = np.ones(n, dtype=Q.dtype)
     out = np.empty((tau, m, dv), dtype=Q.dtype)
-    weights = np.empty((tau, m, n), dtype=Q.dtype)
+    weights = np.empty((tau, m, n), dtype=Q.dtype) if into is None else into
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
         Qs = Q * Q.dtype.type(scale)  # the scale folded into every q_i once
         for j in range(tau):

@@ -34,8 +34,14 @@ def rotate_half(x):  # [..., rot] -> [..., rot]: [x1, x2] -> [-x2, x1]
 
 
 def apply(X, cos, sin):  # [h, m, dk], [m, rot], [m, rot] -> [h, m, dk]: RoPE on the first rot dims of every head
-    rot = cos.shape[-1]
-    turned = X[..., :rot] * cos + rotate_half(X[..., :rot]) * sin  # (h, m, rot) * (m, rot)
-    if rot == X.shape[-1]:
-        return turned
-    return np.concatenate([turned, X[..., rot:]], axis=-1)  # partial rotary: the rest passes through
+    """x * cos + rotate_half(x) * sin, written half by half into one new array: x1 cos - x2 sin, x2 cos + x1 sin
+    (the same roundings: a + (-b) s is a - b s exactly), without rotate_half's copies."""
+    rot, half = cos.shape[-1], cos.shape[-1] // 2
+    out = np.empty(X.shape, dtype=np.result_type(X, cos))
+    x1, x2 = X[..., :half], X[..., half:rot]
+    np.multiply(X[..., :rot], cos, out=out[..., :rot])  # (h, m, rot) * (m, rot)
+    out[..., :half] -= x2 * sin[:, :half]
+    out[..., half:rot] += x1 * sin[:, half:]
+    if rot < X.shape[-1]:
+        out[..., rot:] = X[..., rot:]  # partial rotary: the rest passes through
+    return out

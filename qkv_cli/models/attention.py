@@ -91,11 +91,12 @@ def project(H, w: AttentionWeights, hooks: Hooks):  # [m, d] -> Q [tau, m, dk], 
     return heads[:tau], heads[tau : tau + G], heads[tau + G :]
 
 
-def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=None) -> Attended:  # [m, d] -> ..
+def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=None, into=None) -> Attended:  # [m, d]
     """Multi-head self-attention of one layer with the family's hooks; see the module docstring.
 
     cache: a models.cache.LayerCache holding the keys and values of earlier tokens: the m new tokens' K and V are
-    appended to it and their queries attend over every cached key (mask: m x all keys)."""
+    appended to it and their queries attend over every cached key (mask: m x all keys). into: a zero-filled
+    (tau, m, n) array the weights are written to (the model's slot for this layer)."""
     m = H.shape[0]
     Q, K, V = project(H, w, hooks)
     if hooks.qk_norm is not None:
@@ -108,7 +109,7 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
         K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
     if hooks.values is not None:
         V = hooks.values(V)
-    heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap)
+    heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap, into=into)
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(H, Q, K, V, Q_pre, K_pre, weights, heads, output)

@@ -26,7 +26,7 @@ from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
-from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm, rms_norm
+from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
 
 ATTENTION_INPUT = "the layer input after its first norm (N_1)"
 HEAD = "lm_head.weight"  # the output head, outside the model's prefix; absent or tied: E
@@ -174,21 +174,28 @@ def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoP
     return x
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None):  # [m, d] -> ..
-    """One layer; with a KV cache, x holds the new tokens only (at positions start..) and the cache the others.
-    values: a function that changes V before the weights use it (value zeroing)."""
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None):
+    """One layer ([m, d] -> [m, d], parts); with a KV cache, x holds the new tokens only (at positions start..) and
+    the cache the others. values: a function that changes V before the weights use it (value zeroing). into: a
+    zero-filled array for the attention weights."""
     b = p.blocks[layer]
     n = b.norms
     act = ACTIVATIONS[c.activation]
     a_in = n["attn_in"](x) if "attn_in" in n else x
     h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
-    parts = self_attention(a_in, b.attn, h, mask, kernel, cache)
+    parts = self_attention(a_in, b.attn, h, mask, kernel, cache, into)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
     if c.opt("parallel_residual"):  # GPT-NeoX: both branches read x
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
     h = x + a
     f_in = n["mlp_in"](h) if "mlp_in" in n else h
-    f = b.down(act(b.gate(f_in)) * b.up(f_in)) if b.gate is not None else b.down(act(b.up(f_in)))
+    if b.gate is not None:  # act(W_gate x) * W_up x, in place in the fresh product (no m x d_ff temporaries)
+        g = b.gate(f_in)
+        g = IN_PLACE[c.activation](g) if c.activation in IN_PLACE else act(g)
+        g *= b.up(f_in)
+        f = b.down(g)
+    else:
+        f = b.down(act(b.up(f_in)))
     f = n["mlp_out"](f) if "mlp_out" in n else f
     return h + f, parts
 

@@ -97,11 +97,17 @@ def relu(x):  # [...] -> [...]
 
 
 def silu(x):  # [...] -> [...]; x sigmoid(x) = x / (1 + exp(-x))
+    return silu_(x.copy())
+
+
+def silu_(x):  # [...] -> x itself, overwritten with silu(x): one temporary instead of three
+    e = np.negative(x)
     with np.errstate(over="ignore"):  # exp(-x) = inf for very negative x: x / inf = -0, as in PyTorch
-        e = np.exp(-x)
+        np.exp(e, out=e)
     e += x.dtype.type(1)
-    return x / e
+    return np.divide(x, e, out=x)
 
 
+IN_PLACE = {"silu": silu_}  # activations that can overwrite their input (a fresh product) instead of copying it
 ACTIVATIONS = {"gelu": gelu, "gelu_new": gelu_new, "gelu_pytorch_tanh": gelu_new, "gelu_fast": gelu_new,
                "relu": relu, "silu": silu}  # fmt: skip

@@ -166,7 +166,7 @@ class Model:
         fam, p, dt = self.family, self.params, self.dtype
         x = fam.embed(p, c, ids, 0, type_ids) if type_ids is not None else fam.embed(p, c, ids)
         hidden = np.empty((c.n_layers + 1, m, c.d), dtype=dt)
-        attentions = np.empty((c.n_layers, c.n_heads, m, m), dtype=dt)
+        attentions = np.zeros((c.n_layers, c.n_heads, m, m), dtype=dt)  # each layer's kernel writes its slot
         hidden[0] = x
         masks_by_spec: dict = {}
         details = {}
@@ -176,9 +176,8 @@ class Model:
             if key not in masks_by_spec:
                 masks_by_spec[key] = masks.additive(spec, m, m, dt)
             mask = masks_by_spec[key]
-            x, parts = fam.block(p, c, l, x, mask, kernel)
+            x, parts = fam.block(p, c, l, x, mask, kernel, into=attentions[l])
             check_finite(x, l, self.name)
-            attentions[l] = parts.weights
             hidden[l + 1] = x
             if l in keep:
                 details[l] = self._layer_result(l, parts, mask, spec, tokens, kernel)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -107,9 +108,17 @@ def _yarn(rope: Rope, dt):  # YaRN: interpolation ramped in by dimension, and a 
 
 
 def cos_sin(rope: Rope, m: int, dtype=np.float64, start: int = 0):  # -> cos, sin [m, rot]: positions start..
-    """cos and sin for positions start .. start + m - 1 (a KV cache's new tokens start after the cached ones)."""
+    """cos and sin for positions start .. start + m - 1 (a KV cache's new tokens start after the cached ones).
+    Read-only arrays, computed once for all the layers that share a RoPE (every layer but Gemma 3's)."""
+    return _cos_sin(rope, m, np.dtype(dtype), start)
+
+
+@lru_cache(maxsize=8)
+def _cos_sin(rope: Rope, m: int, dtype, start: int):
     freq, scaling = inv_freq(rope, start + m, dtype)
-    return formula.cos_sin(freq, m, scaling, dtype, start)
+    cos, sin = formula.cos_sin(freq, m, scaling, dtype, start)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
 
 
 apply = formula.apply  # the rotation itself: core/rope.py

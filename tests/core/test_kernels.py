@@ -57,6 +57,27 @@ def test_kernel_matches_reference(kernel, case, dtype, path):
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
+@pytest.mark.parametrize("case", CASES[1:4] + CASES[6:8], ids=[c[0] for c in CASES[1:4] + CASES[6:8]])
+def test_weights_written_into_the_callers_array(kernel, case, path):
+    """into (a model's zero-filled slot for the layer) becomes the weights: the same numbers, bit for bit."""
+    _, tau, G, m, n, make_mask = case
+    rng = np.random.default_rng(3)
+    Q, K, V = qkv(rng, tau, G, m, n, dtype=np.float32)
+    mask = make_mask(rng, m, n)
+    out, weights = attention(Q, K, V, mask, kernel=kernel)
+    slots = np.zeros((2, tau, m, n), dtype=np.float32)
+    out2, weights2 = attention(Q, K, V, mask, kernel=kernel, into=slots[1])
+    assert np.shares_memory(weights2, slots[1])
+    np.testing.assert_array_equal(slots[1], weights)
+    np.testing.assert_array_equal(out2, out)
+    assert not slots[0].any()
+    with pytest.raises(QkvError, match="into must be"):
+        attention(Q, K, V, mask, kernel=kernel, into=slots[1, :, 1:])
+    with pytest.raises(QkvError, match="into must be"):
+        attention(Q, K, V, mask, kernel=kernel, into=slots[1].astype(np.float64))
+
+
+@pytest.mark.parametrize("kernel", list(KERNELS))
 def test_float32_mask_dtype_mix(kernel):
     """A float64 mask (masks.build_mask's default) with float32 inputs: float32 out, same values."""
     rng = np.random.default_rng(3)
