@@ -116,7 +116,8 @@ def _vectorized(Q, K, V, mask, s, cap, into):
     r = tau // G
     Qs = Q * Q.dtype.type(s)  # the scale folded into Q: (tau, m, dk) (inf if s does not fit: then exact path)
     Kt = K.transpose(0, 2, 1)  # K^T: (G, dk, n), a view
-    V = np.ascontiguousarray(V)
+    if V.strides[1:] != (dv * V.itemsize, V.itemsize):  # a projection's transposed view; a KV cache's V is fine
+        V = np.ascontiguousarray(V)
     ones = np.ones(n, dtype=Q.dtype)
     out = np.empty((tau, m, dv), dtype=Q.dtype)
     size = tau * m * n * Q.dtype.itemsize

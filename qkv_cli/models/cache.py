@@ -74,8 +74,13 @@ def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
         raise QkvError(f"{start + m} tokens is more than {model.name} accepts ({c.max_positions}, {c.positions_key})")
     x = fam.embed(p, c, ids, start)
     rows = []
+    by_rule: dict = {}  # the mask of each rule, built once per step (layers share two at most)
     for layer in range(c.n_layers):
-        mask = masks.additive(fam.layer_mask(c, layer), m, start + m, model.dtype, offset=start)
+        spec = fam.layer_mask(c, layer)
+        if spec not in by_rule:
+            mask = masks.additive(spec, m, start + m, model.dtype, offset=start)
+            by_rule[spec] = None if mask is None or not mask.any() else mask  # all zeros: nothing to add
+        mask = by_rule[spec]
         x, parts = fam.block(p, c, layer, x, mask, kernel, cache.layers[layer], start)
         check_finite(x, layer, model.name)
         rows.append(parts.weights)
