@@ -70,6 +70,14 @@ def setup() -> None:
     matplotlib.rcParams["svg.fonttype"] = "none"
 
 
+def title_width(title: str) -> float:  # inches a 15 pt bold title needs, with the margins around it
+    return 0.9 + len(title) * 15 * 0.66 / 72
+
+
+def wrap_subtitle(subtitle: str, width: float) -> list[str]:  # the 8.5 pt settings line, wrapped to the figure
+    return textwrap.wrap(subtitle, max(20, int((width - 0.9) * 72 / (8.5 * 0.6)))) if subtitle else []
+
+
 def norm(scale: str):
     from matplotlib.colors import LogNorm, Normalize, PowerNorm
 
@@ -79,10 +87,15 @@ def norm(scale: str):
 
 
 def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear", grid=None):
-    """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square."""
+    """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square.
+
+    Every panel is an image in one Axes that covers the figure (data coordinates are inches), with its labels as
+    plain texts: one Axes per panel with tick objects took most of the drawing time (about 0.6 s for 8 heads)."""
     setup()
     from matplotlib import colormaps
+    from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
     k = len(panels)
     check_panels(k)
@@ -96,36 +109,52 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     left = max(len(s) for s in ylab) * fs * 0.66 / 72 + 0.55
     bottom = max(len(s) for s in xlab) * fs * 0.66 / 72 + 0.5
     gap, head_h, bar = 0.25, 0.32, 1.15
-    width = left + cols * pw + (cols - 1) * gap + bar
-    lines = textwrap.wrap(subtitle, max(40, int(width * 72 / (8.5 * 0.55)))) if subtitle else []
+    width = max(left + cols * pw + (cols - 1) * gap + bar, title_width(title))
+    lines = wrap_subtitle(subtitle, width)
     top = 0.55 + 0.17 * len(lines)
     height = top + rows * (ph + head_h) + (rows - 1) * gap + bottom
     fig = Figure(figsize=(width, height))
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_axis_off()
     cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    tick = 2 / 72  # a tick mark: 2 points
+    marks, crosses = [], ([], [])
     any_masked = False
     image = None
+    text = {"fontsize": fs, "parse_math": False}
     for idx, (name, weights, masked) in enumerate(panels):
         r, c = divmod(idx, cols)
         x0 = left + c * (pw + gap)
-        y0 = height - top - head_h - r * (ph + head_h + gap) - ph
-        ax = fig.add_axes((x0 / width, y0 / height, pw / width, ph / height))
+        y0 = height - top - head_h - r * (ph + head_h + gap) - ph  # the panel's lower edge
         data = np.ma.masked_array(np.maximum(weights, 1e-4) if scale == "log" else weights, mask=masked)
-        image = ax.imshow(data, cmap=cmap, norm=norm(scale), interpolation="nearest", aspect="auto")
+        image = ax.imshow(data, cmap=cmap, norm=norm(scale), interpolation="nearest", aspect="auto",
+                          extent=(x0, x0 + pw, y0, y0 + ph))  # fmt: skip
+        ax.add_patch(Rectangle((x0, y0), pw, ph, fill=False, linewidth=0.8, edgecolor="black"))
         if masked.any():
             any_masked = True
             yy, xx = np.nonzero(masked)
             if len(xx) <= 4000:
-                ax.scatter(xx, yy, marker="x", s=max(2.0, 50.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
-        ax.set_title(name, fontsize=11, parse_math=False) if name else None
-        ax.tick_params(length=2, labelsize=fs)
-        # tick marks only where the labels are (the outer panels): each tick is two Line2D objects to draw
-        bottom_row = r == rows - 1 or idx + cols >= k
-        ax.set_xticks(xs if bottom_row else [], xlab if bottom_row else [], rotation=90, parse_math=False)
-        ax.set_yticks(ys if c == 0 else [], ylab if c == 0 else [], parse_math=False)
-        if c == 0:
-            ax.set_ylabel("queries", fontsize=10)
+                crosses[0].extend(x0 + (xx + 0.5) * pw / n)
+                crosses[1].extend(y0 + ph - (yy + 0.5) * ph / m)
+        if name:
+            ax.text(x0 + pw / 2, y0 + ph + 0.07, name, ha="center", va="baseline", fontsize=11, parse_math=False)
+        if c == 0:  # row labels on the first column, the column labels under the lowest panel of each column
+            for i, label in zip(ys, ylab, strict=True):
+                y = y0 + ph - (i + 0.5) * ph / m
+                marks.append(((x0 - tick, y), (x0, y)))
+                ax.text(x0 - tick - 0.03, y, label, ha="right", va="center", **text)
+            ax.text(0.2, y0 + ph / 2, "queries", rotation=90, ha="center", va="center", fontsize=10)
         if r == rows - 1 or idx + cols >= k:
-            ax.set_xlabel("keys", fontsize=10)
+            for t, label in zip(xs, xlab, strict=True):
+                x = x0 + (t + 0.5) * pw / n
+                marks.append(((x, y0 - tick), (x, y0)))
+                ax.text(x, y0 - tick - 0.03, label, rotation=90, ha="center", va="top", **text)
+            ax.text(x0 + pw / 2, 0.15, "keys", ha="center", va="baseline", fontsize=10)
+    ax.add_collection(LineCollection(marks, colors="black", linewidths=0.8))
+    if crosses[0]:
+        ax.scatter(*crosses, marker="x", s=max(2.0, 50.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, height)
     bar_x = left + cols * pw + (cols - 1) * gap + 0.15
     bar_h = min(rows * (ph + head_h) + (rows - 1) * gap - head_h, 4.0)
     cax = fig.add_axes((bar_x / width, (height - top - head_h - bar_h) / height, 0.16 / width, bar_h / height))
@@ -155,8 +184,8 @@ def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", s
         for c in range(k):
             tile = np.where(masked[l], np.nan, attentions[l, c])
             mosaic[l * (m + gap) : l * (m + gap) + m, c * (n + gap) : c * (n + gap) + n] = tile
-    width, height = min(24.0, 0.9 * k + 3.2), min(30.0, 0.55 * L + 1.8)
-    lines = textwrap.wrap(subtitle, max(40, int(width * 72 / (8.5 * 0.55)))) if subtitle else []
+    width, height = max(min(24.0, 0.9 * k + 3.2), title_width(title)), min(30.0, 0.55 * L + 1.8)
+    lines = wrap_subtitle(subtitle, width)
     fig = Figure(figsize=(width, height + 0.17 * len(lines)))
     H = height + 0.17 * len(lines)
     top = 0.55 + 0.17 * len(lines)

@@ -40,13 +40,15 @@ def test_grids_are_near_square(k, grid):
     assert figures.near_square(k) == grid
 
 
-def test_every_text_lies_inside_the_figure():
+@pytest.mark.parametrize("k", [1, 4])
+def test_every_text_lies_inside_the_figure(k):
     labels = [f"token{i}" for i in range(6)]
     subtitle = "m=6 d=64 tau=4 " + "a long settings line that must wrap, not be clipped " * 4
-    fig = figures.draw_grid(panels(), labels, labels, "Attention weights: 4 heads, causal", subtitle)
+    title = "Attention weights: 4 heads, causal" if k > 1 else "Attention weights: head 2, causal, window n_c=3"
+    fig = figures.draw_grid(panels(k), labels, labels, title, subtitle)
     renderer = rendered(fig)
     box = fig.bbox
-    texts = list(fig.texts) + [ax.title for ax in fig.axes]
+    texts = list(fig.texts) + [ax.title for ax in fig.axes] + [t for ax in fig.axes for t in ax.texts]
     assert len(fig.texts) >= 3  # the title and a subtitle wrapped over two or more lines
     for text in texts:
         if not text.get_text():
