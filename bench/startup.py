@@ -14,7 +14,6 @@ the Agg canvas) plus NumPy, which is the baseline of that row ("/ base" column).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import cold_env
 
 
 def qkv_command() -> list[str]:
@@ -70,7 +71,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=7, help="timed runs per command (default 7; median)")
     args = p.parse_args(argv)
-    env = dict(os.environ, MPLBACKEND="Agg", COLUMNS="120")
+    env = cold_env(MPLBACKEND="Agg", COLUMNS="120")
     print(f"python {sys.version.split()[0]} at {sys.executable}; qkv = {' '.join(qkv_command())}")
     print(f"median of {args.runs} runs after 1 warm-up run (the warm-up is shown as 'first')\n")
     results = []
