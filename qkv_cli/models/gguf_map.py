@@ -1,8 +1,9 @@
 """A GGUF file (llama.cpp) as a Hugging Face checkpoint: its metadata as config.json keys, its tensors under
 Hugging Face names, as transformers' own GGUF loader maps them.
 
-Two things llama.cpp's converter changed are undone here: the rows of attn_q and attn_k of `llama` files were
-permuted for ggml's rotary layout (pairs instead of halves), and Gemma's norm weights were stored as 1 + w.
+Three things llama.cpp's converter changed are undone here: the rows of attn_q and attn_k of `llama` files were
+permuted for ggml's rotary layout (pairs instead of halves), Gemma's norm weights were stored as 1 + w, and
+GPT-NeoX's fused attn_qkv was regrouped from [q_h | k_h | v_h] per head to [Q | K | V] (GPTNeoXModel.modify_tensors).
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 from qkv_cli.errors import QkvError
 from qkv_cli.models.weights import Tensor
 
-ARCHITECTURES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-                 "gemma3": "gemma3_text"}  # GGUF general.architecture -> model_type  # fmt: skip
+ARCHITECTURES = {  # GGUF general.architecture -> model_type
+    "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
+    "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2",
+}  # fmt: skip
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
@@ -19,6 +22,7 @@ CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "rope.freq_base": "rope_theta", "attention.layer_norm_rms_epsilon": "rms_norm_eps",
     "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "vocab_size",
     "attn_logit_softcapping": "attn_logit_softcapping", "final_logit_softcapping": "final_logit_softcapping",
+    "attention.layer_norm_epsilon": "layer_norm_eps", "use_parallel_residual": "use_parallel_residual",
 }  # fmt: skip
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is its pre_feedforward_layernorm)
     "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
@@ -28,6 +32,12 @@ LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is it
     "post_ffw_norm": "post_feedforward_layernorm",
 }  # fmt: skip
 GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+NEOX_LAYER_NAMES = {  # blk.N.<name> -> gpt_neox.layers.N.<name>
+    "attn_norm": "input_layernorm", "attn_qkv": "attention.query_key_value", "attn_output": "attention.dense",
+    "ffn_norm": "post_attention_layernorm", "ffn_up": "mlp.dense_h_to_4h", "ffn_down": "mlp.dense_4h_to_h",
+}  # fmt: skip
+NEOX_GLOBAL_NAMES = {"token_embd": "gpt_neox.embed_in", "output_norm": "gpt_neox.final_layer_norm",
+                     "output": "embed_out"}  # fmt: skip
 
 
 def model_type(meta: dict, where: str) -> str:
@@ -68,17 +78,42 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         raw["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
     if kind in ("qwen2", "qwen3") and "sliding_window" in raw:
         raw["use_sliding_window"] = False  # llama.cpp keeps Qwen's window off, as transformers' default does
+    if kind == "gpt_neox":
+        _neox_config(raw, meta, tensors, where)
+    if kind == "olmo2":
+        if "sliding_window" in raw:  # OLMo 3 is written as olmo2 too, with sliding layers qkv would run as full ones
+            raise QkvError(f"{where}: sliding-window attention (OLMo 3) is not supported yet")
+        raw["attention_bias"] = "blk.0.attn_q.bias" in tensors
     return raw
 
 
-def hf_name(name: str) -> str | None:
-    """The Hugging Face name of a GGUF tensor name, or None for one the forward pass does not use."""
+def _neox_config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
+    """GPT-NeoX's keys: llama.cpp writes the rotary dimensions (not the fraction), and no bias flag or base by name
+    (llama.cpp runs a file without rope.freq_base at 10000, as qkv does; without rope.dimension_count, fully)."""
+    arch = meta["general.architecture"]
+    d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
+    if type(d) is int and type(tau) is int and 0 < tau <= d and d % tau == 0:
+        rot = meta.get(f"{arch}.rope.dimension_count", d // tau)
+        if type(rot) is not int or not 2 <= rot <= d // tau or rot % 2:
+            raise QkvError(f"{where}: {arch}.rope.dimension_count is {rot!r}: expected an even number of dimensions "
+                           f"from 2 to the head width {d // tau}")  # fmt: skip
+        raw["rotary_pct"] = (rot + 0.5) / (d // tau)  # int(d_k * pct) is rot again (rot / d_k can round below it)
+    if "rope_theta" in raw:
+        raw["rotary_emb_base"] = raw.pop("rope_theta")
+    raw["attention_bias"] = "blk.0.attn_qkv.bias" in tensors
+
+
+def hf_name(name: str, kind: str = "llama") -> str | None:
+    """The Hugging Face name of a GGUF tensor name in a model of type `kind`, or None for one the forward pass does
+    not use."""
+    neox = kind == "gpt_neox"
+    globals_, layers = (NEOX_GLOBAL_NAMES, NEOX_LAYER_NAMES) if neox else (GLOBAL_NAMES, LAYER_NAMES)
     stem, _, suffix = name.rpartition(".")
-    if stem in GLOBAL_NAMES:
-        return f"{GLOBAL_NAMES[stem]}.{suffix}"
+    if stem in globals_:
+        return f"{globals_[stem]}.{suffix}"
     parts = stem.split(".")
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in LAYER_NAMES:
-        return f"model.layers.{int(parts[1])}.{LAYER_NAMES[parts[2]]}.{suffix}"
+    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in layers:
+        return f"{'gpt_neox' if neox else 'model'}.layers.{int(parts[1])}.{layers[parts[2]]}.{suffix}"
     return None
 
 
@@ -87,13 +122,17 @@ def unpermute(rows, n_head: int):  # [rows, ...] -> [rows, ...]: ggml's pair ord
     return rows.reshape(n_head, dim, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
 
 
+def per_head(rows, n_head: int):  # [3 tau d_k, ...] -> same shape: [Q | K | V] back to [q_h | k_h | v_h] per head
+    return rows.reshape(3, n_head, rows.shape[0] // 3 // n_head, *rows.shape[1:]).swapaxes(0, 1).reshape(rows.shape)
+
+
 def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict[str, Tensor]:
     """The tensors under Hugging Face names; reading one undoes the converter's changes (lazily, on read)."""
     kind = raw_config["model_type"]
     heads = {"attn_q": raw_config.get("num_attention_heads"), "attn_k": raw_config.get("num_key_value_heads")}
     out: dict[str, Tensor] = {}
     for name, t in tensors.items():
-        target = hf_name(name)
+        target = hf_name(name, kind)
         if target is None:
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
@@ -103,6 +142,11 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
             if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (2 * n_head):
                 raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not a whole number of pairs per head")
             read = _unpermuted(t.read, n_head)
+        elif kind == "gpt_neox" and name.split(".")[-2] == "attn_qkv":
+            n_head = raw_config.get("num_attention_heads")
+            if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (3 * n_head):
+                raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not q, k and v rows for each head")
+            read = _regrouped(t.read, n_head)
         else:
             read = t.read
         if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
@@ -117,3 +161,7 @@ def _shifted(read):
 
 def _unpermuted(read, n_head):
     return lambda: unpermute(read(), n_head)
+
+
+def _regrouped(read, n_head):
+    return lambda: per_head(read(), n_head)
