@@ -67,3 +67,20 @@ def strongest_links(band, keys, head: int, k: int = 8) -> list[tuple[int, int, f
     flat = flat[np.argsort(-b.ravel()[flat])]
     i, t = np.unravel_index(flat, b.shape)
     return [(int(a), int(keys[a, c]), float(b[a, c])) for a, c in zip(i, t, strict=True) if b[a, c] >= 0]
+
+
+def top_indices(x, k: int):  # [..., n] -> [..., min(k, n)]: the k largest of each row, largest first
+    """What a stable argsort of -x keeps (ties go to the lower index), in O(n) a row instead of O(n log n): only
+    the entries at least as large as the k-th largest (np.partition finds it) are sorted. A 49,152-entry vocabulary
+    took 7.7 ms a step to argsort."""
+    x = np.asarray(x)
+    n = x.shape[-1]
+    if k >= n:
+        return np.argsort(-x, axis=-1, kind="stable")
+    rows = x.reshape(-1, n)
+    kth = np.partition(rows, n - k, axis=-1)[:, n - k]
+    out = np.empty((rows.shape[0], k), dtype=np.intp)
+    for i, (row, t) in enumerate(zip(rows, kth, strict=True)):
+        candidates = np.flatnonzero(row >= t)  # k of them, or more when the k-th value is tied
+        out[i] = candidates[np.lexsort((candidates, -row[candidates]))[:k]]
+    return out.reshape(*x.shape[:-1], k)

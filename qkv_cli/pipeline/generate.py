@@ -12,6 +12,7 @@ import numpy as np
 from qkv_cli.core import budget
 from qkv_cli.core.numerics import softmax
 from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.stats import top_indices
 from qkv_cli.errors import QkvError
 
 TOP = 5
@@ -56,7 +57,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         z = out.logits[-1]
         p = softmax(np.asarray(z, dtype=np.float64))
         token = choose(z, temperature, top_k, rng)
-        best = np.argsort(-p, kind="stable")[:TOP].copy()  # a copy: a view would keep the whole argsort alive
+        best = top_indices(p, TOP)
         ids.append(token)
         probs.append(p[token])
         top_ids.append(best)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.core.numerics import softmax
+from qkv_cli.core.stats import top_indices
 from qkv_cli.errors import QkvError
 
 TOP = 5
@@ -14,7 +15,7 @@ TOP = 5
 
 def top_k(z, k: int = TOP):  # [m, V] scores -> ([m, k] ids, [m, k] probabilities), most probable first
     p = softmax(np.asarray(z, dtype=np.float64))
-    ids = np.argsort(-p, axis=-1, kind="stable")[:, :k].copy()  # not a view of the whole (m, V) argsort
+    ids = top_indices(p, k)
     return ids, np.take_along_axis(p, ids, axis=-1)
 
 

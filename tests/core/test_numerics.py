@@ -215,3 +215,14 @@ def test_fully_masked_row_is_flagged_in_every_view(empty_row_grid, tmp_path):
     assert all(v == 0 for v in doc["matrices"]["output"][1])
     csv = invoke([*base, "--format", "csv", "--show", "weights"]).stdout
     assert "nan" not in csv.lower()
+
+
+@pytest.mark.parametrize("shape, k", [((49152,), 5), ((3, 40), 5), ((2, 3, 17), 4), ((6,), 9), ((1, 7), 7)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_top_indices_is_a_stable_argsort_cut_to_k(shape, k, ties):
+    from qkv_cli.core.stats import top_indices
+
+    rng = np.random.default_rng(sum(shape) + k)
+    x = rng.integers(0, 4, shape).astype(float) if ties else rng.standard_normal(shape)  # ties: only 4 values
+    want = np.argsort(-x, axis=-1, kind="stable")[..., :k]
+    np.testing.assert_array_equal(top_indices(x, k), want)
