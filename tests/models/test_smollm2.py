@@ -76,21 +76,32 @@ def test_greedy_generation_probabilities_and_the_cache(pair, prompt):
     ours, tok, ref, torch = pair
     ids = tok(prompt)["input_ids"]
     with torch.no_grad():
-        out = ref.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False)
-    want = out[0, len(ids) :].tolist()
+        out = ref.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False, output_attentions=True,
+                           return_dict_in_generate=True)  # fmt: skip
+    want = out.sequences[0, len(ids) :].tolist()
     gen = generate(ours, prompt_tokens(ids), 20, eos=ours.config.opt("eos"))  # as qkv generate stops
     got = gen.step_ids.tolist()
     assert got == want[: len(got)] and len(got) == len(want)  # the same ids, and the same stop (EOS or 20)
     full = list(ids) + got
     with torch.no_grad():
-        logits = ref(torch.tensor([full])).logits[0].double().numpy()
+        whole = ref(torch.tensor([full]), output_attentions=True)
+    logits = whole.logits[0].double().numpy()
+    theirs = np.stack([a[0].numpy() for a in whole.attentions])  # (L, tau, n, n): transformers' own full forward
     attentions = ours.forward(full).attentions
+    ours_gap = theirs_gap = 0.0
     for t, token in enumerate(got):
         q = len(ids) + t - 1  # the position whose output chose token t
         p = np.exp(logits[q] - logits[q].max())
         assert abs(gen.step_probs[t] - p[token] / p.sum()) < 1e-5
-        # float32: a one-row product and a full one sum in different orders (last bits); float64 below is exact
-        assert np.abs(gen.step_attentions[t, :, :, : q + 1] - attentions[:, :, q, : q + 1]).max() < 1e-5
+        ours_gap = max(ours_gap, np.abs(gen.step_attentions[t, :, :, : q + 1] - attentions[:, :, q, : q + 1]).max())
+        if t:  # step t of transformers' cache: its last query row, against the same row of its full forward
+            cached = np.stack([a[0, :, -1].numpy() for a in out.attentions[t]])
+            theirs_gap = max(theirs_gap, np.abs(cached - theirs[:, :, q, : q + 1]).max())
+    # float32: a one-row product and a full one sum in different orders, and the last bits pass through 30 layers;
+    # transformers' own cache differs from its own full forward as much (1.7e-6 to 3.6e-6), so 1e-6 is below what
+    # float32 gives either implementation; float64 (below) is exact to 1e-12
+    assert ours_gap < 1e-5 and theirs_gap < 1e-5
+    assert ours_gap <= 1.5 * theirs_gap, (ours_gap, theirs_gap)  # measured: qkv 0.75-0.77x transformers' own
 
 
 def test_the_cache_in_float64_equals_a_full_forward():
