@@ -120,12 +120,17 @@ def nan_to_null(obj):
     return obj
 
 
+JSON_PIECE = 1 << 16  # numbers written by one json.dumps call: a piece of a large array, never the whole
+
+
 def write_json(obj, out) -> None:
-    """json.dumps(obj) written piece by piece: arrays row by row (-inf and NaN as null), so a document of every
-    matrix of a long text never exists whole in memory. The same text as json.dumps."""
+    """json.dumps(obj) written piece by piece: arrays in pieces of up to JSON_PIECE numbers (-inf and NaN as null),
+    so a document of every matrix of a long text never exists whole in memory. The same text as json.dumps."""
     if isinstance(obj, np.ndarray):
-        if obj.ndim <= 1:
-            out.write(json.dumps(nan_to_null(jsonable(obj)), allow_nan=False))
+        if obj.size <= JSON_PIECE or obj.ndim <= 1:
+            arr = np.asarray(obj, dtype=np.float64)
+            finite = np.isfinite(arr).all()  # then json's C encoder does it all (the null pass is Python per number)
+            out.write(json.dumps(arr.tolist() if finite else nan_to_null(jsonable(arr)), allow_nan=False))
             return
         out.write("[")
         for i, row in enumerate(obj):
