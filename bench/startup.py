@@ -1,6 +1,6 @@
 """Benchmark: CLI start-up wall time against ``python -c "import numpy"``.
 
-    python bench/startup.py            # median of 7 runs per command, after 1 warm-up run
+    python bench/startup.py            # median of 7 rounds, after 1 warm-up round
     python bench/startup.py --runs 3
 
 Each command runs in a fresh subprocess (the ``qkv`` script next to this Python interpreter) from a temporary
@@ -8,7 +8,9 @@ directory, so files it writes (heatmap.png) land there. A command that fails is 
 stderr instead of stopping the benchmark. Targets (issue 6): ``qkv shapes --d 512 --tau 8`` and ``qkv --help``
 within 1.3x of ``import numpy``, ``qkv run "a short sentence"`` within 2x; ``qkv heatmap`` is reported.
 Issue 11: a default 8-head heatmap of one sentence within 1.6x of importing matplotlib's object API (``Figure`` and
-the Agg canvas) plus NumPy, which is the baseline of that row ("/ base" column).
+the Agg canvas) plus NumPy, which is the baseline of that row ("/ base" column). Rounds alternate the commands, so a
+command and its baseline are timed side by side; the subprocesses run without PYTHONDONTWRITEBYTECODE (see
+machine.cold_env), so qkv's bytecode is compiled once, as an installed package's is.
 """
 
 from __future__ import annotations
@@ -69,30 +71,34 @@ def run_once(argv, cwd, env) -> tuple[float, subprocess.CompletedProcess]:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=7, help="timed runs per command (default 7; median)")
+    p.add_argument("--runs", type=int, default=7, help="timed rounds, each running every command (default 7; median)")
     args = p.parse_args(argv)
     env = cold_env(MPLBACKEND="Agg", COLUMNS="120")
     print(f"python {sys.version.split()[0]} at {sys.executable}; qkv = {' '.join(qkv_command())}")
-    print(f"median of {args.runs} runs after 1 warm-up run (the warm-up is shown as 'first')\n")
-    results = []
+    print(f"median of {args.runs} rounds after 1 warm-up run (shown as 'first'); each round runs every command once, "
+          "so a command and its baseline are timed side by side\n")  # fmt: skip
+    firsts, times, failed = {}, {label: [] for label, *_ in commands()}, {}
     with tempfile.TemporaryDirectory() as cwd:
-        for label, cmd, target, _ in commands():
-            try:
-                first, done = run_once(cmd, cwd, env)
-                times = []
-                for _ in range(args.runs):
-                    if done.returncode != 0:
-                        break
+        for round_ in range(args.runs + 1):
+            for label, cmd, _, _ in commands():
+                if label in failed:
+                    continue
+                try:
                     t, done = run_once(cmd, cwd, env)
-                    times.append(t)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                results.append((label, None, None, target, f"could not run: {exc}"))
-                continue
-            if done.returncode != 0:
-                tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
-                results.append((label, None, first, target, f"FAILED (exit {done.returncode}): {tail[0][:100]}"))
-            else:
-                results.append((label, statistics.median(times), first, target, ""))
+                except (OSError, subprocess.TimeoutExpired) as exc:
+                    failed[label] = f"could not run: {exc}"
+                    continue
+                if done.returncode != 0:
+                    tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or [""]
+                    failed[label] = f"FAILED (exit {done.returncode}): {tail[0][:100]}"
+                elif round_ == 0:
+                    firsts[label] = t
+                else:
+                    times[label].append(t)
+    results = []
+    for label, _, target, _ in commands():
+        median = statistics.median(times[label]) if times[label] and label not in failed else None
+        results.append((label, median, firsts.get(label), target, failed.get(label, "")))
     medians = {r[0]: r[1] for r in results}
     baselines = {label: b for label, _, _, b in commands()}
     print("| command | median s | first s | / base | base | target | |")
