@@ -40,8 +40,8 @@ def apply(X, cos, sin):  # [h, m, dk], [m, rot], [m, rot] -> [h, m, dk]: RoPE on
     out = np.empty(X.shape, dtype=np.result_type(X, cos))
     x1, x2 = X[..., :half], X[..., half:rot]
     np.multiply(X[..., :rot], cos, out=out[..., :rot])  # (h, m, rot) * (m, rot)
-    out[..., :half] -= x2 * sin[:, :half]
-    out[..., half:rot] += x1 * sin[:, half:]
+    out[..., :half] -= x2 * sin[..., :half]
+    out[..., half:rot] += x1 * sin[..., half:]
     if rot < X.shape[-1]:
         out[..., rot:] = X[..., rot:]  # partial rotary: the rest passes through
     return out

@@ -75,12 +75,15 @@ def top_indices(x, k: int):  # [..., n] -> [..., min(k, n)]: the k largest of ea
     took 7.7 ms a step to argsort."""
     x = np.asarray(x)
     n = x.shape[-1]
-    if k >= n:
-        return np.argsort(-x, axis=-1, kind="stable")
+    if k >= n or k <= 0:
+        return np.argsort(-x, axis=-1, kind="stable")[..., : max(k, 0)]
     rows = x.reshape(-1, n)
     kth = np.partition(rows, n - k, axis=-1)[:, n - k]
     out = np.empty((rows.shape[0], k), dtype=np.intp)
     for i, (row, t) in enumerate(zip(rows, kth, strict=True)):
+        if np.isnan(t) or np.isnan(row).any():  # NaN sorts last, past -inf: the stable argsort itself
+            out[i] = np.argsort(-row, kind="stable")[:k]
+            continue
         candidates = np.flatnonzero(row >= t)  # k of them, or more when the k-th value is tied
         out[i] = candidates[np.lexsort((candidates, -row[candidates]))[:k]]
     return out.reshape(*x.shape[:-1], k)

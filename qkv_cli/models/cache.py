@@ -77,10 +77,11 @@ def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
     by_rule: dict = {}  # the mask of each rule, built once per step (layers share two at most)
     for layer in range(c.n_layers):
         spec = fam.layer_mask(c, layer)
-        if spec not in by_rule:
+        key = (spec.causal, spec.window)  # as Model.forward keys them
+        if key not in by_rule:
             mask = masks.additive(spec, m, start + m, model.dtype, offset=start)
-            by_rule[spec] = None if mask is None or not mask.any() else mask  # all zeros: nothing to add
-        mask = by_rule[spec]
+            by_rule[key] = None if mask is None or not mask.any() else mask  # all zeros: nothing to add
+        mask = by_rule[key]
         x, parts = fam.block(p, c, layer, x, mask, kernel, cache.layers[layer], start)
         check_finite(x, layer, model.name)
         rows.append(parts.weights)

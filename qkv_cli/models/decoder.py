@@ -189,7 +189,7 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, st
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
     h = x + a
     f_in = n["mlp_in"](h) if "mlp_in" in n else h
-    if b.gate is not None:  # act(W_gate x) * W_up x, in place in the fresh product (no m x d_ff temporaries)
+    if b.gate is not None:  # act(W_gate x) * W_up x, computed in the fresh gate product (one temporary, not three)
         g = b.gate(f_in)
         g = IN_PLACE[c.activation](g) if c.activation in IN_PLACE else act(g)
         g *= b.up(f_in)

@@ -10,8 +10,9 @@ A family module provides (see bert.py for the simplest, decoder.py for the share
     layer_mask(c, layer)            the core.masks.MaskSpec of a layer (causal, and a window on sliding layers)
     layer_type(c, layer)            "" or e.g. "sliding_attention" / "full_attention"
     hooks(c, layer)                 the attention.Hooks of a layer: scale, RoPE, QK-norm, soft-capping
-    embed(p, c, ids, start), block(p, c, layer, x, mask, kernel, cache, start), final(p, c, x)   the forward
-                                    pass (a KV cache holds earlier tokens' keys and values; start: their count)
+    embed(p, c, ids, start), block(p, c, layer, x, mask, kernel, cache, start, values, into), final(p, c, x)
+                                    the forward pass (a KV cache holds earlier tokens' keys and values; start:
+                                    their count; values: a change to V; into: a zero-filled array for the weights)
     logits(p, c, h)                 next-token scores from the final hidden state, or None (an encoder)
     ATTENTION_INPUT                 what H is for the attention of a layer, in words
 """

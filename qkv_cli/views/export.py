@@ -120,12 +120,12 @@ def nan_to_null(obj):
     return obj
 
 
-JSON_PIECE = 1 << 16  # numbers written by one json.dumps call: a piece of a large array, never the whole
+JSON_PIECE = 1 << 16  # an array of more numbers (2-D or more) is written row by row, a 1-D one always whole
 
 
 def write_json(obj, out) -> None:
-    """json.dumps(obj) written piece by piece: arrays in pieces of up to JSON_PIECE numbers (-inf and NaN as null),
-    so a document of every matrix of a long text never exists whole in memory. The same text as json.dumps."""
+    """json.dumps(obj) written piece by piece: arrays of more than JSON_PIECE numbers row by row (-inf and NaN as
+    null), so a document of every matrix of a long text never exists whole in memory. The same text as json.dumps."""
     if isinstance(obj, np.ndarray):
         if obj.size <= JSON_PIECE or obj.ndim <= 1:
             arr = np.asarray(obj, dtype=np.float64)

@@ -149,7 +149,9 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
                 x = x0 + (t + 0.5) * pw / n
                 marks.append(((x, y0 - tick), (x, y0)))
                 ax.text(x, y0 - tick - 0.03, label, rotation=90, ha="center", va="top", **text)
-            ax.text(x0 + pw / 2, 0.15, "keys", ha="center", va="baseline", fontsize=10)
+            ax.text(
+                x0 + pw / 2, y0 - bottom + 0.15, "keys", ha="center", va="baseline", fontsize=10
+            )  # under its labels
     ax.add_collection(LineCollection(marks, colors="black", linewidths=0.8))
     if crosses[0]:
         ax.scatter(*crosses, marker="x", s=max(2.0, 50.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)

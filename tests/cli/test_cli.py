@@ -245,23 +245,3 @@ def test_closed_pipe_stops_quietly():
     proc.stdout.close()  # like `| head -1`
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and err == b""
-
-
-def test_json_written_in_pieces_is_json_dumps_with_nulls():
-    import io
-
-    from qkv_cli.views import export
-
-    rng = np.random.default_rng(1)
-    w = rng.random((3, 2, 50, 50))
-    masked = np.where(np.triu(np.ones((50, 50), dtype=bool), 1), -np.inf, w)
-    big = rng.random((70, 1000))  # more than one piece
-    doc = {"w": w, "masked": masked, "big": big, "nan": np.array([1.5, np.nan, np.inf]), "ids": np.arange(4),
-           "name": "a", "nested": [{"x": np.float64(2.0)}, [1, 2]]}  # fmt: skip
-    out = io.StringIO()
-    export.write_json(doc, out)
-    plain = dict(doc)
-    plain["masked"] = np.where(np.isfinite(masked), masked, None).tolist()
-    plain["nan"] = [1.5, None, None]
-    plain.update(w=w.tolist(), big=big.tolist(), ids=[0.0, 1.0, 2.0, 3.0], nested=[{"x": 2.0}, [1, 2]])
-    assert out.getvalue() == json.dumps(plain)

@@ -217,12 +217,16 @@ def test_fully_masked_row_is_flagged_in_every_view(empty_row_grid, tmp_path):
     assert "nan" not in csv.lower()
 
 
-@pytest.mark.parametrize("shape, k", [((49152,), 5), ((3, 40), 5), ((2, 3, 17), 4), ((6,), 9), ((1, 7), 7)])
-@pytest.mark.parametrize("ties", [False, True])
-def test_top_indices_is_a_stable_argsort_cut_to_k(shape, k, ties):
+@pytest.mark.parametrize("shape, k", [((49152,), 5), ((3, 40), 5), ((2, 3, 17), 4), ((6,), 9), ((1, 7), 7), ((5,), 0)])
+@pytest.mark.parametrize("values", ["normal", "ties", "non-finite"])
+def test_top_indices_is_a_stable_argsort_cut_to_k(shape, k, values):
     from qkv_cli.core.stats import top_indices
 
     rng = np.random.default_rng(sum(shape) + k)
-    x = rng.integers(0, 4, shape).astype(float) if ties else rng.standard_normal(shape)  # ties: only 4 values
+    x = rng.integers(0, 4, shape).astype(float) if values == "ties" else rng.standard_normal(shape)  # 4 values
+    if values == "non-finite":  # NaN sorts after -inf in an argsort of -x
+        flat = x.reshape(-1)
+        picks = rng.choice(flat.size, size=min(flat.size, 6), replace=False)
+        flat[picks] = [np.nan, -np.inf, np.inf, np.nan, -np.inf, np.inf][: picks.size]
     want = np.argsort(-x, axis=-1, kind="stable")[..., :k]
     np.testing.assert_array_equal(top_indices(x, k), want)

@@ -101,7 +101,7 @@ def test_greedy_generation_probabilities_and_the_cache(pair, prompt):
     # transformers' own cache differs from its own full forward as much (1.7e-6 to 3.6e-6), so 1e-6 is below what
     # float32 gives either implementation; float64 (below) is exact to 1e-12
     assert ours_gap < 1e-5 and theirs_gap < 1e-5
-    assert ours_gap <= 1.5 * theirs_gap, (ours_gap, theirs_gap)  # measured: qkv 0.75-0.77x transformers' own
+    assert ours_gap <= max(1.5 * theirs_gap, 1e-6), (ours_gap, theirs_gap)  # measured: 0.75-0.77x transformers' own
 
 
 def test_the_cache_in_float64_equals_a_full_forward():
