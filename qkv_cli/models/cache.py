@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.core import masks
 from qkv_cli.errors import QkvError
 
 
@@ -65,7 +64,7 @@ def bytes_needed(config, capacity: int, itemsize: int) -> int:
 
 def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
     """Run the new tokens `ids` (positions cache.length ..) through every layer, appending to the cache."""
-    from qkv_cli.models.model import check_finite
+    from qkv_cli.models.model import check_finite, layer_masks
 
     c, fam, p = model.config, model.family, model.params
     ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -74,14 +73,7 @@ def step(model, ids, cache: KVCache, kernel: str = "vectorized") -> Step:
         raise QkvError(f"{start + m} tokens is more than {model.name} accepts ({c.max_positions}, {c.positions_key})")
     x = fam.embed(p, c, ids, start)
     rows = []
-    by_rule: dict = {}  # the mask of each rule, built once per step (layers share two at most)
-    for layer in range(c.n_layers):
-        spec = fam.layer_mask(c, layer)
-        key = (spec.causal, spec.window)  # as Model.forward keys them
-        if key not in by_rule:
-            mask = masks.additive(spec, m, start + m, model.dtype, offset=start)
-            by_rule[key] = None if mask is None or not mask.any() else mask  # all zeros: nothing to add
-        mask = by_rule[key]
+    for layer, mask in enumerate(layer_masks(fam, c, m, start + m, model.dtype, offset=start)):
         x, parts = fam.block(p, c, layer, x, mask, kernel, cache.layers[layer], start)
         check_finite(x, layer, model.name)
         rows.append(parts.weights)

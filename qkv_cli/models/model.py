@@ -168,19 +168,13 @@ class Model:
         hidden = np.empty((c.n_layers + 1, m, c.d), dtype=dt)
         attentions = np.zeros((c.n_layers, c.n_heads, m, m), dtype=dt)  # each layer's kernel writes its slot
         hidden[0] = x
-        masks_by_spec: dict = {}
         details = {}
-        for l in range(c.n_layers):
-            spec = fam.layer_mask(c, l)
-            key = (spec.causal, spec.window)
-            if key not in masks_by_spec:
-                masks_by_spec[key] = masks.additive(spec, m, m, dt)
-            mask = masks_by_spec[key]
+        for l, mask in enumerate(layer_masks(fam, c, m, m, dt)):
             x, parts = fam.block(p, c, l, x, mask, kernel, into=attentions[l])
             check_finite(x, l, self.name)
             hidden[l + 1] = x
             if l in keep:
-                details[l] = self._layer_result(l, parts, mask, spec, tokens, kernel)
+                details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel)
         hidden[-1] = fam.final(p, c, x)
         return Result(
             kind=Kind.MODEL, tokens=tokens, kernel=kernel, model=self.info(), layers=details, attentions=attentions,
@@ -203,6 +197,21 @@ class Model:
             heads=parts.heads, Wo=w["Wo"], output=parts.output, rules=spec, bq=w["bq"], bk=w["bk"], bv=w["bv"],
             bo=w["bo"], Q_pre_rope=parts.Q_pre_rope, K_pre_rope=parts.K_pre_rope, model=self.info(l), **extras,
         )  # fmt: skip
+
+
+def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) -> list:
+    """Each layer's additive mask (m queries at positions offset.., n keys), built once per rule (layers share one
+    or two); None where nothing is masked (adding zeros changes no score)."""
+    by_rule: dict = {}
+    out = []
+    for l in range(c.n_layers):
+        spec = family.layer_mask(c, l)
+        key = (spec.causal, spec.window)
+        if key not in by_rule:
+            mask = masks.additive(spec, m, n, dtype, offset=offset)
+            by_rule[key] = None if mask is None or not mask.any() else mask
+        out.append(by_rule[key])
+    return out
 
 
 def kv_index(parts):  # -> [tau] the key/value head each query head reads
