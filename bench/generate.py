@@ -53,7 +53,17 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, cold_env, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import (  # noqa: E402
+    CLEARED,
+    GGUF_NAME,
+    LoadMeter,
+    blas_report,
+    cold_env,
+    default_gguf,
+    fmt_load,
+    print_header,
+    wait_quiet,
+)
 
 # 64 tokens in SmolLM2's tokenizer; the first --prompt-tokens ids are used (the text repeated if it is too short)
 PROMPT = (
@@ -308,8 +318,7 @@ def main() -> None:
             "peak - cache allocated - rows MiB",
             "recompute peak MiB",
         )
-        print("| " + " | ".join(columns) + " |")
-        print("|" + "---|" * len(columns))
+        print_header(columns)
         prev = None
         for r in mem_rows:
             growth = "-" if prev is None else f"{(r['peak'] - prev['peak']) / (r['n'] - prev['n']) / 1024:.1f}"

