@@ -23,7 +23,8 @@ from qkv_cli.core.numerics import exp_normalize_, scale_, softcap_, softmax_
 BLOCK_BYTES = 2 * 1024 * 1024  # target size of one row block of scores (one head)
 MAX_BLOCK_ROWS = 128  # taller blocks would skip less of a causal triangle
 BLOCKED_BYTES = 1024 * 1024  # weights larger than this go in planned row blocks, smaller in one pass
-PARALLEL_BYTES = 256 * 1024  # weights from this size on are split over threads.THREADS Python threads
+PARALLEL_BYTES = 4 * 1024 * 1024  # from this size on the work is split over threads.THREADS Python threads (smaller:
+# handing work to a second thread costs more than it saves on this 2-core VM, see bench/README.md)
 
 
 def attend_(weights, fill, ones, Q, Qs, s):  # in place: weights <- Softmax(scores)
@@ -114,7 +115,8 @@ def _vectorized(Q, K, V, mask, s, cap, into):
     tau, m, dk = Q.shape
     G, n, dv = V.shape
     r = tau // G
-    Qs = Q * Q.dtype.type(s)  # the scale folded into Q: (tau, m, dk) (inf if s does not fit: then exact path)
+    # the scale folded into Q: (tau, m, dk), row-major whatever Q's layout (inf if s does not fit: the exact path)
+    Qs = np.multiply(Q, Q.dtype.type(s), order="C")
     Kt = K.transpose(0, 2, 1)  # K^T: (G, dk, n), a view
     if V.strides[1:] != (dv * V.itemsize, V.itemsize):  # a projection's transposed view; a KV cache's V is fine
         V = np.ascontiguousarray(V)
@@ -128,19 +130,21 @@ def _vectorized(Q, K, V, mask, s, cap, into):
         W4 = weights.reshape(G, r, m, n)  # query head j = (g, h): key/value head g, h-th head sharing it
         out4 = out.reshape(G, r, m, dv)
 
-        def work(cut):
+        def work(cut):  # the query heads of a cut sharing a key/value head are one matrix of (heads x m) rows
+            g = cut[0]
             W = W4[cut]
+            W3 = W.reshape(W.shape[0], -1, n)  # (g, h, m, n) -> (g, h m, n): a view (the cut keeps rows whole)
 
             def fill(Qx, post):  # W <- Q K^T (* post), soft-capped, + Mask
-                np.matmul(Qx.reshape(G, r, m, dk)[cut], Kt[cut[0], None], out=W)  # (.., m, dk) x (.., dk, n)
+                np.matmul(Qx.reshape(G, r, m, dk)[cut].reshape(W3.shape[0], -1, dk), Kt[g], out=W3)
                 if post is not None:
                     scale_(W, post)
                 softcap_(W, cap)
                 if mask is not None:
                     np.add(W, mask, out=W)  # (.., m, n) + (m, n)
 
-            attend_(W, fill, ones, Q, Qs, s)
-            np.matmul(W, V[cut[0], None], out=out4[cut])  # (.., m, n) x (.., n, dv)
+            attend_(W3, fill, ones, Q, Qs, s)
+            np.matmul(W3, V[g], out=out4[cut].reshape(W3.shape[0], -1, dv))  # (g, h m, n) x (g, n, dv)
 
         threads.run_tasks(_chunks(G, r, threads.THREADS if parallel else 1), work, parallel)
         return out, weights

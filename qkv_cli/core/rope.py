@@ -37,7 +37,9 @@ def apply(X, cos, sin):  # [h, m, dk], [m, rot], [m, rot] -> [h, m, dk]: RoPE on
     """x * cos + rotate_half(x) * sin, written half by half into one new array: x1 cos - x2 sin, x2 cos + x1 sin
     (the same roundings: a + (-b) s is a - b s exactly), without rotate_half's copies."""
     rot, half = cos.shape[-1], cos.shape[-1] // 2
-    out = np.empty(X.shape, dtype=np.result_type(X, cos))
+    if X.ndim > 1 and X.strides[-1] > X.strides[-2]:  # a projection's heads, (dk, m) in memory: cos, sin and the
+        cos, sin = np.asfortranarray(cos), np.asfortranarray(sin)  # output laid out alike, every loop runs along rows
+    out = np.empty_like(X, dtype=np.result_type(X, cos))  # X's memory layout
     x1, x2 = X[..., :half], X[..., half:rot]
     np.multiply(X[..., :rot], cos, out=out[..., :rot])  # (h, m, rot) * (m, rot)
     out[..., :half] -= x2 * sin[..., :half]

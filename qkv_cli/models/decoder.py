@@ -168,7 +168,9 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)
-    x = p.E[ids]  # (m, d), a new array
+    """E[ids], column-major: the products (W x^T)^T come out column-major, and the residual sums x + a of arrays
+    laid out alike run along contiguous memory (a row-major x plus a column-major a is a strided loop)."""
+    x = np.take(p.E, ids, axis=0, out=np.empty((len(ids), p.E.shape[1]), p.E.dtype, order="F"))  # (m, d)
     if c.opt("embed_scale"):
         x *= x.dtype.type(c.opt("embed_scale"))  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
     return x

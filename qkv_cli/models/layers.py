@@ -35,7 +35,8 @@ def rms_norm(x, w, eps, offset: float = 0.0):  # [m, d], [d] -> [m, d]
     ms *= t(1 / x.shape[-1])
     ms += t(eps)
     np.sqrt(ms, out=ms)
-    y = x / ms
+    np.reciprocal(ms, out=ms)  # x * (1 / sqrt(..)): PyTorch's x * rsqrt(..), the same two roundings
+    y = x * ms
     y *= (w + t(offset)) if offset else w
     return y
 

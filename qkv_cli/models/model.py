@@ -165,7 +165,7 @@ class Model:
         keep = set(select_layers(layers, c.n_layers))
         fam, p, dt = self.family, self.params, self.dtype
         x = fam.embed(p, c, ids, 0, type_ids) if type_ids is not None else fam.embed(p, c, ids)
-        hidden = np.empty((c.n_layers + 1, m, c.d), dtype=dt)
+        hidden = stack_like(x, c.n_layers + 1)  # laid out like x (column-major for the decoders), so copies are fast
         attentions = np.zeros((c.n_layers, c.n_heads, m, m), dtype=dt)  # each layer's kernel writes its slot
         hidden[0] = x
         details = {}
@@ -212,6 +212,12 @@ def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) 
             by_rule[key] = None if mask is None or not mask.any() else mask
         out.append(by_rule[key])
     return out
+
+
+def stack_like(x, n: int):  # [m, d] -> an empty [n, m, d] whose slices have x's memory layout
+    if x.flags.f_contiguous and not x.flags.c_contiguous:
+        return np.empty((n, x.shape[1], x.shape[0]), dtype=x.dtype).transpose(0, 2, 1)
+    return np.empty((n, *x.shape), dtype=x.dtype)
 
 
 def kv_index(parts):  # -> [tau] the key/value head each query head reads
