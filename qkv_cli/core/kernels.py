@@ -107,16 +107,18 @@ def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None,
     Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v) with G dividing tau; mask (m, n) additive (0 / -inf) or
     None; scale None means 1/sqrt(d_k); softcap c applies tanh(S / c) * c to the scaled scores before the mask.
     Returns out (tau, m, d_v) and weights (tau, m, n) in Q's dtype. A float32 or float64 mask is used as given
-    (never copied); other dtypes are converted to Q's dtype. into: a zero-filled (tau, m, n) array of Q's dtype
-    (a model's slot for this layer) that becomes the weights, so they are written once, not written and copied.
+    (never copied); other dtypes are converted to Q's dtype. into: a zero-filled row-major (tau, m, n) array of
+    Q's dtype (a model's slot for this layer) that becomes the weights: written once, not written and copied.
     """
     import numpy as np
 
     check_inputs(Q, K, V, mask)
     run = get_kernel(kernel)
     tau, m, _ = Q.shape
-    if into is not None and (into.shape != (tau, m, K.shape[1]) or into.dtype != Q.dtype):
-        raise QkvError(f"into must be a {Q.dtype} array of shape {(tau, m, K.shape[1])}, got {into.dtype} {into.shape}")
+    fits = into is None or (into.shape == (tau, m, K.shape[1]) and into.dtype == Q.dtype and into.flags.c_contiguous)
+    if not fits:
+        raise QkvError(f"into must be a row-major {Q.dtype} array of shape {(tau, m, K.shape[1])}, got {into.dtype} "
+                       f"{into.shape}{'' if into.flags.c_contiguous else ' (strided)'}")  # fmt: skip
     if m == 0 or K.shape[1] == 0:  # no queries, or no keys (every row fully masked): zeros
         weights = np.zeros((tau, m, K.shape[1]), dtype=Q.dtype) if into is None else into
         return np.zeros((tau, m, V.shape[-1]), dtype=Q.dtype), weights

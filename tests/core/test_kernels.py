@@ -75,6 +75,8 @@ def test_weights_written_into_the_callers_array(kernel, case, path):
         attention(Q, K, V, mask, kernel=kernel, into=slots[1, :, 1:])
     with pytest.raises(QkvError, match="into must be"):
         attention(Q, K, V, mask, kernel=kernel, into=slots[1].astype(np.float64))
+    with pytest.raises(QkvError, match="into must be a row-major"):  # a reshape of it would be a copy
+        attention(Q, K, V, mask, kernel=kernel, into=np.zeros((n, m, tau), dtype=np.float32).T)
 
 
 @pytest.mark.parametrize("kernel", list(KERNELS))
