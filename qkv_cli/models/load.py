@@ -79,7 +79,11 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         from qkv_cli.core.budget import check_budget
 
         check_budget(weights.nbytes(np.dtype(dtype).itemsize), max_memory, HINT, what=f"{name}'s weights")
-    params = family.prepare(weights, config, np.dtype(dtype))
+    weights.read_ahead(skip=("__head__",))  # the output head is read on first use (predict, generate)
+    try:
+        params = family.prepare(weights, config, np.dtype(dtype))
+    finally:
+        weights.cancel()
     model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
     model.weights_bytes = weights.nbytes(np.dtype(dtype).itemsize)
     return model

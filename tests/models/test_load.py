@@ -240,3 +240,34 @@ def test_find_models_lists_cache(tmp_path, monkeypatch):
     assert rows["org/dec"]["family"] == "gpt2"
     assert (rows["org/enc"]["layers"], rows["org/enc"]["heads"], rows["org/enc"]["d"]) == (2, 4, 16)
     assert rows["org/enc"]["size_bytes"] > 0
+
+
+def test_read_ahead_gives_the_same_arrays_skips_what_it_is_told_and_reports_errors():
+    import threading
+
+    from qkv_cli.models.weights import Tensor, Tensors
+
+    rng = np.random.default_rng(0)
+    values = {f"t{i}": rng.standard_normal((64, 48)).astype(np.float32) for i in range(12)}
+    values["bad"] = np.array([[1.0, np.inf]], dtype=np.float32)
+    readers = {}
+
+    def tensor(key):
+        def read():
+            readers.setdefault(key, []).append(threading.current_thread().name)
+            return values[key]
+
+        return Tensor(values[key].shape, "F32", read, "test")
+
+    w = Tensors({k: tensor(k) for k in values}, np.dtype(np.float64), "m")
+    w.read_ahead(skip=("t11",))
+    for key in [f"t{i}" for i in range(12)]:
+        got = w(key)
+        assert got.dtype == np.float64 and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, values[key].astype(np.float64))
+    assert readers["t11"] == [threading.current_thread().name]  # skipped: read when asked, on the caller's thread
+    assert all(r[0].startswith("qkv-load") for k, r in readers.items() if k != "t11")
+    with pytest.raises(QkvError, match="tensor 'bad' has 1 non-finite"):
+        w("bad")  # raised in a helper thread, reported by the call
+    w.cancel()
+    assert all(len(r) == 1 for r in readers.values())  # every tensor read exactly once
