@@ -43,25 +43,31 @@ def main():
         run()
     except KeyboardInterrupt:  # raised by code that ran its own SIGINT handling
         sys.stderr.write("qkv: error: interrupted\n")
-        sys.exit(130)
+        _leave(130)
     except SystemExit as done:  # the command finished (its files are written and closed): leave at once
         _leave(done.code)
 
 
 def _leave(code) -> None:
-    """Exit without the interpreter's clean-up, which frees every module's objects one by one: 0.1-0.3 s after a
-    heatmap here (matplotlib, NumPy, typer and pydantic loaded), for nothing qkv needs. What Python would still do
-    is done first: stdout and stderr flushed, a non-integer exit code printed (exit 1)."""
+    """Exit without the interpreter's clean-up, which frees every module's objects one by one: 0.25-0.3 s after a
+    heatmap here (matplotlib, NumPy, typer and pydantic loaded), for nothing qkv needs (qkv registers no atexit
+    handler; its files are written and closed before this). What Python would still do is done first: stdout and
+    stderr flushed (a failed flush of a successful run's stdout exits 120, as Python does), a non-integer exit code
+    printed (exit 1)."""
     if code is None:
         code = 0
     elif not isinstance(code, int):
-        sys.stderr.write(f"{code}\n")
+        if sys.stderr is not None:
+            sys.stderr.write(f"{code}\n")
         code = 1
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with the descriptor closed
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # a reader that went away, or a closed stream: nothing more can get out
-            pass
+            if stream is sys.stdout and code == 0:
+                code = 120
     os._exit(code)
 
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.core import threads
-from qkv_cli.core.fast import PARALLEL_BYTES, attend_
+from qkv_cli.core.fast import attend_
 from qkv_cli.core.kernels import check_inputs, resolve_scale
 from qkv_cli.core.masks import check_window
 from qkv_cli.core.numerics import scale_
 from qkv_cli.errors import QkvError
+
+PARALLEL_BYTES = 256 * 1024  # a band from this size on is shared out over 2 threads (fast.py's value before it
+# rose to 4 MiB; the band kernel keeps it until it is measured again)
 
 BAND_BLOCK_ROWS = 64  # queries per block; a block computes rows x (rows + n_c - 1) scores
 

@@ -5,8 +5,10 @@ An inspector keeps every weight, so the weights are the output; everything here 
 - scores are written straight into the output weights array and the softmax runs there in place
   (``numerics.exp_normalize_``: exp, row sums as one BLAS product, rows times 1 / sum; when a row sum shows
   overflow or underflow, the scores are recomputed and the exact max-subtracted ``numerics.softmax_`` runs);
-- small inputs take one pass over all heads; from BLOCKED_BYTES on, the work goes in row blocks (see
-  :func:`plan_blocks`) that stay in cache and skip what the mask removes; blocks are shared out over 2 threads.
+- small inputs take one pass over all heads, the query heads that share a key/value head as one product; from
+  BLOCKED_BYTES on, the work goes in row blocks (see :func:`plan_blocks`) that stay in cache and skip what the
+  mask removes; from PARALLEL_BYTES on (only blocked work, unless the threshold is lowered, as the tests do) the
+  blocks are shared out over 2 threads.
 The mask is never copied. Peak memory: weights + out + Q * scale + a few row vectors.
 """
 
@@ -125,7 +127,7 @@ def _vectorized(Q, K, V, mask, s, cap, into):
     size = tau * m * n * Q.dtype.itemsize
     parallel = size >= PARALLEL_BYTES
 
-    if size <= BLOCKED_BYTES:  # one unblocked pass over all heads (a half per thread)
+    if size <= BLOCKED_BYTES:  # one unblocked pass over all heads (threaded only if PARALLEL_BYTES is set lower)
         weights = np.empty((tau, m, n), dtype=Q.dtype) if into is None else into
         W4 = weights.reshape(G, r, m, n)  # query head j = (g, h): key/value head g, h-th head sharing it
         out4 = out.reshape(G, r, m, dv)

@@ -161,10 +161,21 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
         )
     E = get("embed")
     if "__head__" in w:
-        head = lambda: w("__head__")  # noqa: E731
+        head = _once(lambda: w("__head__"))  # read, cast and checked on first use, then kept
     else:
         head = (lambda: E) if c.opt("tie_embeddings") else None
     return Params(E, blocks, norm("final"), head)
+
+
+def _once(read):  # () -> array: read() on the first call, the same array after
+    kept = []
+
+    def get():
+        if not kept:
+            kept.append(read())
+        return kept[0]
+
+    return get
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)

@@ -9,6 +9,7 @@ time on two threads while the model is built), which casts them once and refuses
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,11 +80,13 @@ def read_safetensors(file: Path) -> dict[str, Tensor]:
     if not isinstance(header, dict):
         raise _corrupt(file, "the header is not a JSON object")
     data_size = size - 8 - n
-    mapped = []  # the memory map, made on the first read
+    mapped = []  # the memory map, made on the first read (by one thread: the tensors are read on two)
+    lock = threading.Lock()
 
     def region(start, end):
-        if not mapped:
-            mapped.append(np.memmap(file, dtype=np.uint8, mode="r", offset=8 + n, shape=(data_size,)))
+        with lock:
+            if not mapped:
+                mapped.append(np.memmap(file, dtype=np.uint8, mode="r", offset=8 + n, shape=(data_size,)))
         return mapped[0][start:end]
 
     tensors, spans = {}, []
@@ -164,7 +167,8 @@ def check_weights(
 
 
 class Tensors:
-    """The checked tensors of one checkpoint, read and cast on request: ``w(name)`` -> contiguous `dtype` array."""
+    """The checked tensors of one checkpoint, read and cast once: ``w(name)`` -> contiguous `dtype` array (read then,
+    or ahead of the call by read_ahead)."""
 
     def __init__(self, tensors: dict[str, Tensor], dtype, name: str):
         self.tensors, self.dtype, self.name = tensors, dtype, name
@@ -172,8 +176,9 @@ class Tensors:
 
     def read_ahead(self, skip=()) -> None:
         """Start reading every tensor but those in `skip` on 2 threads, in order: NumPy releases the GIL while it
-        dequantizes, casts and checks, so a float64 load of SmolLM2 takes about half the time. w(key) then waits
-        for its own. Memory: each array is the one w(key) would have made, only made earlier."""
+        dequantizes, casts and checks (SmolLM2 in float32: 1.05-1.15 -> 0.57 s; float64: 1.5-1.7 -> 0.9-1.3 s).
+        w(key) then waits for its own. Memory: the arrays are the ones w(key) would make, made earlier; the reads
+        may run ahead of the caller, so at most every tensor (the model's weights, which it keeps) exists at once."""
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="qkv-load")
@@ -181,7 +186,8 @@ class Tensors:
         pool.shutdown(wait=False)
 
     def cancel(self) -> None:
-        """Stop reading ahead (a failed load): what has not started is dropped."""
+        """Stop reading ahead (a failed load): what has not started is dropped; the (at most 2) reads running
+        finish in the background and are discarded."""
         for future in self._ahead.values():
             future.cancel()
         self._ahead = {}

@@ -69,8 +69,9 @@ def setup() -> None:
     import matplotlib
 
     if "matplotlib.figure" not in sys.modules:
-        with _no_setter_docs():
-            from matplotlib.backends import backend_agg  # noqa: F401  (and with it matplotlib.figure)
+        with _no_setter_docs():  # every module whose Artist classes a figure here uses
+            from matplotlib import collections, colorbar, figure, image, patches  # noqa: F401
+            from matplotlib.backends import backend_agg  # noqa: F401
     matplotlib.rcParams["font.family"] = list(families())
     matplotlib.rcParams["svg.fonttype"] = "none"
 
@@ -78,7 +79,7 @@ def setup() -> None:
 @contextlib.contextmanager
 def _no_setter_docs():
     """While matplotlib's modules load, every Artist subclass gets a set() whose signature and docstring list its
-    properties (matplotlib.artist's kwdoc): about 0.15 s of the 0.5-0.7 s import here, for help text a drawing never
+    properties (matplotlib.artist's kwdoc): 0.15-0.2 s of the 0.5-0.8 s import here, for help text a drawing never
     reads. Inside this block the subclasses get their own set() without them; the hook is restored after, so
     classes defined later are as usual. A private hook: if matplotlib no longer has it, nothing changes."""
     from matplotlib import artist

@@ -153,3 +153,26 @@ def test_explain_recomputes_the_run(name, built):
     np.testing.assert_allclose(rope["angle"], 5 * np.array(rope["theta"]))
     assert ("Q_projected" in doc["steps"]) == (name in ("qwen3", "olmo2"))
     assert ("scores_uncapped" in doc["steps"]) == (name == "gemma2")
+
+
+def test_untied_output_head_is_read_once_on_first_use_not_ahead(built, monkeypatch):
+    """load_model reads the tensors ahead on 2 threads, but not the output head; the head is read when first
+    needed and kept (it was re-read, cast and checked on every call); the logits use the file's lm_head."""
+    from qkv_cli.models.weights import Tensors
+
+    folder, _ = built("llama")  # tie_word_embeddings False: lm_head.weight of its own
+    reads = []
+    original = Tensors._read
+    monkeypatch.setattr(Tensors, "_read", lambda self, key: reads.append(key) or original(self, key))
+    model = load_model(folder, dtype="float64")
+    assert "__head__" not in reads and len(reads) == len(set(reads)) > 10
+    ids = ids_for(7, 3)
+    out = model.forward(ids)
+    z1 = model.family.logits(model.params, model.config, out.last_hidden_state)
+    z2 = model.family.logits(model.params, model.config, out.last_hidden_state)
+    assert reads.count("__head__") == 1 and z1 is not z2
+    from safetensors.numpy import load_file
+
+    head = load_file(folder / "model.safetensors")["lm_head.weight"].astype(np.float64)  # the file's own matrix
+    np.testing.assert_allclose(z1, out.last_hidden_state @ head.T, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(z1, z2)
