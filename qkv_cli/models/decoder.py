@@ -16,7 +16,7 @@ family module each; nothing here tests a family's name.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 
 import numpy as np
 
@@ -161,21 +161,10 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
         )
     E = get("embed")
     if "__head__" in w:
-        head = _once(lambda: w("__head__"))  # read, cast and checked on first use, then kept
+        head = cache(lambda: w("__head__"))  # read, cast and checked on first use, then kept
     else:
         head = (lambda: E) if c.opt("tie_embeddings") else None
     return Params(E, blocks, norm("final"), head)
-
-
-def _once(read):  # () -> array: read() on the first call, the same array after
-    kept = []
-
-    def get():
-        if not kept:
-            kept.append(read())
-        return kept[0]
-
-    return get
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)
