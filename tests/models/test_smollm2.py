@@ -4,10 +4,13 @@ transformers reads the same file (`from_pretrained(folder, gguf_file=...)`, whic
 packages) and dequantizes it to float32 with gguf-py; qkv reads and dequantizes it itself. Then: the same token
 ids, every layer's attention within 1e-5 (float32, eager attention) on sentences of 1 to 100 tokens, greedy
 generation of 20 tokens with the same ids, probabilities equal to softmax(transformers' logits) within 1e-5, and
-each step's attention rows equal to one full forward pass over the final sequence (the KV cache).
+each step's attention rows equal to one full forward pass over the final sequence (the KV cache): in float32 as
+close to transformers' float64 forward as transformers' own float32 rows are, and in float64 to 1e-12.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
@@ -44,6 +47,12 @@ def pair():
     return load_model(path, dtype="float32"), tok, ref, torch
 
 
+@pytest.fixture(scope="module")
+def exact(pair):
+    """transformers' model in float64: the near-exact attentions that float32 rows are measured against."""
+    return copy.deepcopy(pair[2]).double()
+
+
 def test_the_file_is_what_the_package_says(pair):
     ours, _, ref, _ = pair
     c = ours.config
@@ -72,7 +81,7 @@ def prompt_tokens(ids) -> Tokens:
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_generation_probabilities_and_the_cache(pair, prompt):
+def test_greedy_generation_probabilities_and_the_cache(pair, exact, prompt):
     ours, tok, ref, torch = pair
     ids = tok(prompt)["input_ids"]
     with torch.no_grad():
@@ -85,23 +94,31 @@ def test_greedy_generation_probabilities_and_the_cache(pair, prompt):
     full = list(ids) + got
     with torch.no_grad():
         whole = ref(torch.tensor([full]), output_attentions=True)
+        truth = exact(torch.tensor([full]), output_attentions=True)
     logits = whole.logits[0].double().numpy()
-    theirs = np.stack([a[0].numpy() for a in whole.attentions])  # (L, tau, n, n): transformers' own full forward
+    theirs = np.stack([a[0].numpy() for a in whole.attentions])  # (L, tau, n, n): transformers' float32 full forward
+    best = np.stack([a[0].numpy() for a in truth.attentions])  # the same in float64
     attentions = ours.forward(full).attentions
-    ours_gap = theirs_gap = 0.0
+    ours_gap = ours_error = theirs_error = 0.0
     for t, token in enumerate(got):
         q = len(ids) + t - 1  # the position whose output chose token t
         p = np.exp(logits[q] - logits[q].max())
         assert abs(gen.step_probs[t] - p[token] / p.sum()) < 1e-5
-        ours_gap = max(ours_gap, np.abs(gen.step_attentions[t, :, :, : q + 1] - attentions[:, :, q, : q + 1]).max())
-        if t:  # step t of transformers' cache: its last query row, against the same row of its full forward
+        row = gen.step_attentions[t, :, :, : q + 1]  # qkv's cached step, every layer and head
+        ours_gap = max(ours_gap, np.abs(row - attentions[:, :, q, : q + 1]).max())
+        ours_error = max(ours_error, np.abs(row - best[:, :, q, : q + 1]).max())
+        theirs_error = max(theirs_error, np.abs(theirs[:, :, q, : q + 1] - best[:, :, q, : q + 1]).max())
+        if t:  # step t of transformers' cache: its last query row
             cached = np.stack([a[0, :, -1].numpy() for a in out.attentions[t]])
-            theirs_gap = max(theirs_gap, np.abs(cached - theirs[:, :, q, : q + 1]).max())
-    # float32: a one-row product and a full one sum in different orders, and the last bits pass through 30 layers;
-    # transformers' own cache differs from its own full forward as much (1.7e-6 to 3.6e-6), so 1e-6 is below what
-    # float32 gives either implementation; float64 (below) is exact to 1e-12
-    assert ours_gap < 1e-5 and theirs_gap < 1e-5
-    assert ours_gap <= max(1.5 * theirs_gap, 1e-6), (ours_gap, theirs_gap)  # measured: 0.75-0.77x transformers' own
+            theirs_error = max(theirs_error, np.abs(cached - best[:, :, q, : q + 1]).max())
+    # float32: a one-row product and a full one sum in different orders, and the last bits pass through 30 layers,
+    # so a cached row and a full forward's row differ by 1e-6 to 4e-6 in qkv and in transformers alike (its cache
+    # against its own full forward: 0.9e-6 to 4.4e-6 over these prompts on an AMD host, 1.7e-6 to 3.6e-6 on an
+    # Intel one), and their ratio swings with the BLAS. What does not: the distance to the float64 forward, set
+    # beside transformers' own float32 rows (cached and full), measured 1.2-1.4x theirs, every one 1.6e-6 to 2.8e-6.
+    # A wrong cache is off by 1e-3 or more.
+    assert ours_gap < 1e-5 and ours_error < 1e-5
+    assert ours_error <= 2 * theirs_error, (ours_error, theirs_error)
 
 
 def test_the_cache_in_float64_equals_a_full_forward():
