@@ -1,4 +1,5 @@
-"""Tiny BERT- and GPT-2-format checkpoints written with NumPy + safetensors + tokenizers (no PyTorch)."""
+"""Tiny checkpoints written with NumPy + safetensors + tokenizers (no PyTorch): BERT, GPT-2 and every RoPE decoder
+family (random weights; their agreement with transformers is tests/models/test_decoders_reference.py's job)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,31 @@ def write_tokenizer(folder, family):
     return len(vocab)
 
 
+_DECODER = {"hidden_size": TINY["d"], "num_attention_heads": TINY["tau"], "num_key_value_heads": 2,
+            "num_hidden_layers": TINY["L"], "intermediate_size": TINY["d_ff"],
+            "max_position_embeddings": 32}  # fmt: skip
+_WINDOW = {"sliding_window": 3, "layer_types": ["sliding_attention", "full_attention"]}
+DECODERS = {  # model_type -> what it adds to _DECODER: windows shorter than the text, every family's own keys
+    "llama": {},
+    "mistral": {"sliding_window": 3},
+    "qwen2": {"use_sliding_window": True, **_WINDOW},
+    "qwen3": {"head_dim": 8},
+    "gemma2": {
+        "head_dim": 8,
+        "query_pre_attn_scalar": 6,
+        "attn_logit_softcapping": 5.0,
+        "final_logit_softcapping": 30.0,
+        **_WINDOW,
+    },  # fmt: skip
+    "gemma3_text": {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_local_base_freq": 100.0, **_WINDOW},
+    "gpt_neox": {"rotary_pct": 0.5, "use_parallel_residual": True, "layer_norm_eps": 1e-5},
+    "olmo2": {},
+}
+
+
 def tiny_config(family, vocab_size):
+    if family in DECODERS:
+        return {"model_type": family, **_DECODER, "vocab_size": vocab_size, **DECODERS[family]}
     if family == "bert":
         return {
             "model_type": "bert",
@@ -64,7 +89,7 @@ def tiny_tensors(family, cfg, seed=0):
     shapes = family_for(family).tensor_shapes(config_from_dict(cfg))
     out = {}
     for name, shape in shapes.items():
-        if name.endswith(("LayerNorm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
+        if name.endswith(("norm.weight", "LayerNorm.weight", "ln_1.weight", "ln_2.weight", "ln_f.weight")):
             out[name] = (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
             out[name] = (0.5 * rng.standard_normal(shape)).astype(np.float32)
@@ -83,7 +108,7 @@ def make_checkpoint(folder, family="bert", prefix="", config_overrides=None, ten
     if family == "bert":
         tensors[prefix + "embeddings.position_ids"] = np.arange(TINY["P"], dtype=np.int64)[None]
         tensors[prefix + "pooler.dense.weight"] = np.zeros((TINY["d"], TINY["d"]), np.float32)
-    else:
+    elif family == "gpt2":
         tensors[prefix + "h.0.attn.bias"] = np.tril(np.ones((1, 1, TINY["P"], TINY["P"]), np.float32))
     if tensor_edit is not None:
         tensor_edit(tensors)

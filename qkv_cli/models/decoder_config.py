@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models.config import MAX_LAYERS, MAX_WIDTH
 from qkv_cli.models.rope import Rope
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -35,15 +36,20 @@ def read(
     partial=(None, 1.0),
     theta=("rope_theta", 10000.0),
     local_theta=None,
+    grouped=True,
 ) -> dict:
     """The ModelConfig fields of a decoder. bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or
     (q, k, v bias, o bias) fixed by the family (Qwen 2); mlp_bias: a key and default, or a fixed bool.
     sliding: None, "all" (Mistral), "qwen", "alternate" (Gemma 2) or "pattern" (Gemma 3): how layers become
-    sliding when config.json has no `layer_types`."""
+    sliding when config.json has no `layer_types`. grouped: False for a family without grouped-query attention
+    (GPT-NeoX: G = tau whatever `num_key_value_heads` says, as transformers reads it)."""
     n_layers, tau, d = keys.int("num_hidden_layers"), keys.int("num_attention_heads"), keys.int("hidden_size")
-    for name, value in (("num_hidden_layers", n_layers), ("num_attention_heads", tau), ("hidden_size", d)):
+    for name, value, limit in (("num_hidden_layers", n_layers, MAX_LAYERS), ("num_attention_heads", tau, MAX_WIDTH),
+                               ("hidden_size", d, MAX_WIDTH)):  # fmt: skip
         if value < 1:
             raise QkvError(f"{keys.where}: '{name}' must be at least 1, got {value}")
+        if value > limit:  # before anything is made per layer or per head
+            raise QkvError(f"{keys.where}: '{name}' = {value} is beyond any real model (at most {limit})")
     head_dim = keys.int("head_dim", d // tau if d % tau == 0 else 0)
     if head_dim < 1:
         raise QkvError(f"{keys.where}: head_dim must be given when hidden_size ({d}) is not a multiple of the heads")
@@ -54,6 +60,8 @@ def read(
     if keys.get("use_bidirectional_attention", False):
         raise QkvError(f"{keys.where}: use_bidirectional_attention is not supported (qkv runs these models causally)")
     scale = keys.number(scale_key, head_dim) if scale_key else head_dim
+    if scale <= 0:
+        raise QkvError(f"{keys.where}: '{scale_key}' must be positive, got {scale}")
     qkv_bias, o_bias = (keys.bool(*bias),) * 2 if isinstance(bias[0], str) else bias
     options = {
         "layout": layout,
@@ -72,8 +80,12 @@ def read(
         "tie_embeddings": keys.bool("tie_word_embeddings", tie),
         "parallel_residual": keys.bool("use_parallel_residual", parallel_residual) if parallel_residual else False,
     }
-    if options["softcap"] is not None and options["softcap"] <= 0:
-        raise QkvError(f"{keys.where}: 'attn_logit_softcapping' must be positive, got {options['softcap']}")
+    for key, value in (
+        ("attn_logit_softcapping", options["softcap"]),
+        ("final_logit_softcapping", options["final_softcap"]),
+    ):
+        if value is not None and value <= 0:
+            raise QkvError(f"{keys.where}: '{key}' must be positive, got {value}")
     context = keys.int("max_position_embeddings")
     options["ropes"] = ropes(keys, head_dim, partial, theta, local_theta, context)
     if options["ropes"][""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
@@ -81,7 +93,7 @@ def read(
     return {
         "n_layers": n_layers,
         "n_heads": tau,
-        "n_kv_heads": kv_heads(keys, tau),
+        "n_kv_heads": kv_heads(keys, tau) if grouped else tau,
         "d": d,
         "d_ff": keys.int("intermediate_size"),
         "vocab_size": keys.int("vocab_size"),
@@ -131,6 +143,8 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) 
     and `rope_scaling` (a Gemma 3 file's scaling applies to its full-attention layers)."""
     params = keys.get("rope_parameters", None)
     if isinstance(params, dict) and params and all(k in (SLIDING, FULL) for k in params):
+        if not all(isinstance(p, dict) for p in params.values()):
+            raise QkvError(f"{keys.where}: 'rope_parameters' must map each layer type to an object, got {params!r}")
         out = {kind: one(keys, p, head_dim, partial, theta[1], max_positions) for kind, p in params.items()}
         out[""] = out.get(FULL) or next(iter(out.values()))
         return out
@@ -154,10 +168,13 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) 
 
 
 def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int) -> Rope:
+    """One Rope from its parameters: config.json's keys, and "freq_factors" (a GGUF file's rope_freqs: gguf_map)."""
     kind = p.get("rope_type", p.get("type", "default"))
     fraction = p.get("partial_rotary_factor", partial[1])
     try:
         fraction = float(fraction)
+        if not 0 < fraction <= 1:
+            raise QkvError(f"the rotated part of a head (partial_rotary_factor) must be in (0, 1], got {fraction}")
         rot = int(head_dim * fraction)
         rot -= rot % 2
         return Rope(
@@ -172,9 +189,10 @@ def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positio
             attention_factor=None if p.get("attention_factor") is None else float(p["attention_factor"]),
             beta_fast=float(p.get("beta_fast") or 32),
             beta_slow=float(p.get("beta_slow") or 1),
-            mscale=p.get("mscale"),
-            mscale_all_dim=p.get("mscale_all_dim"),
+            mscale=None if p.get("mscale") is None else float(p["mscale"]),
+            mscale_all_dim=None if p.get("mscale_all_dim") is None else float(p["mscale_all_dim"]),
             truncate=bool(p.get("truncate", True)),
+            freq_factors=None if p.get("freq_factors") is None else tuple(float(f) for f in p["freq_factors"]),
         )
     except (TypeError, ValueError, OverflowError) as exc:
         raise QkvError(f"{keys.where}: the RoPE parameters {p!r} are not valid ({exc})") from None

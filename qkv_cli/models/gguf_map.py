@@ -4,11 +4,16 @@ Hugging Face names, as transformers' own GGUF loader maps them.
 Three things llama.cpp's converter changed are undone here: the rows of attn_q and attn_k of `llama` files were
 permuted for ggml's rotary layout (pairs instead of halves), Gemma's norm weights were stored as 1 + w, and
 GPT-NeoX's fused attn_qkv was regrouped from [q_h | k_h | v_h] per head to [Q | K | V] (GPTNeoXModel.modify_tensors).
+What it never writes is read as llama.cpp reads it: biases by their presence, Gemma's query scale by model size,
+Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs.
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from qkv_cli.errors import QkvError
+from qkv_cli.models.config import MAX_WIDTH
 from qkv_cli.models.weights import Tensor
 
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
@@ -23,7 +28,9 @@ CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "vocab_size",
     "attn_logit_softcapping": "attn_logit_softcapping", "final_logit_softcapping": "final_logit_softcapping",
     "attention.layer_norm_epsilon": "layer_norm_eps", "use_parallel_residual": "use_parallel_residual",
+    "rope.freq_base_swa": "rope_local_base_freq",
 }  # fmt: skip
+GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3_text": 62}  # llama.cpp's LLM_TYPE_27B of each: scale 1/sqrt(d / tau)
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is its pre_feedforward_layernorm)
     "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm",
@@ -70,21 +77,62 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
             raw["rope_scaling"]["original_max_position_embeddings"] = meta[
                 f"{arch}.rope.scaling.original_context_length"
             ]
-    if "rope_freqs.weight" in tensors:
-        raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs, Llama 3.1 scaling) are not supported yet")
+    if "rope_freqs.weight" in tensors:  # Llama 3.1's scaling, as llama.cpp writes it
+        raw["rope_scaling"] = {**raw.get("rope_scaling", {}), "freq_factors": rope_factors(raw, tensors, arch, where)}
     if "tokenizer.ggml.eos_token_id" in meta:
         raw["eos_token_id"] = meta["tokenizer.ggml.eos_token_id"]
-    if "vocab_size" not in raw and isinstance(meta.get("tokenizer.ggml.tokens"), list):
-        raw["vocab_size"] = len(meta["tokenizer.ggml.tokens"])
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if "vocab_size" not in raw and isinstance(tokens, list):
+        raw["vocab_size"] = len(tokens)
+    if isinstance(tokens, list) and isinstance(raw.get("vocab_size"), int) and len(tokens) > raw["vocab_size"]:
+        raise QkvError(f"{where}: its vocabulary has {len(tokens):,} tokens but the model embeds only "
+                       f"{raw['vocab_size']:,} (vocab_size): ids past that would have no embedding")  # fmt: skip
     if kind in ("qwen2", "qwen3") and "sliding_window" in raw:
         raw["use_sliding_window"] = False  # llama.cpp keeps Qwen's window off, as transformers' default does
     if kind == "gpt_neox":
         _neox_config(raw, meta, tensors, where)
-    if kind == "olmo2":
-        if "sliding_window" in raw:  # OLMo 3 is written as olmo2 too, with sliding layers qkv would run as full ones
-            raise QkvError(f"{where}: sliding-window attention (OLMo 3) is not supported yet")
+    else:  # llama.cpp reads each bias if the file has it; config.json would say so by name
         raw["attention_bias"] = "blk.0.attn_q.bias" in tensors
+        raw["mlp_bias"] = "blk.0.ffn_up.bias" in tensors
+    if kind == "olmo2" and "sliding_window" in raw:  # OLMo 3 is written as olmo2 too, its sliding layers run full
+        raise QkvError(f"{where}: sliding-window attention (OLMo 3) is not supported yet")
+    if kind in GEMMA_27B_LAYERS:
+        _gemma_scalar(raw)
     return raw
+
+
+def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]:
+    """The values of rope_freqs.weight, checked before they are read (rot/2 numbers). llama.cpp's converter writes
+    a `llama3` rope_scaling as this F32 tensor, one factor per rotated pair and no scaling key (LlamaModel.
+    generate_extra_tensors); llama.cpp turns pair k by p * theta_k / factor_k (ggml_rope_ext's freq_factors), which
+    is Llama 3.1's scaled theta_k again. transformers' GGUF loader ignores the tensor (and so runs such a file
+    unscaled); qkv does as llama.cpp does."""
+    t = tensors["rope_freqs.weight"]
+    if arch != "llama":  # of qkv's architectures, llama.cpp reads the tensor in llama files only
+        raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs) in a {arch} file are not supported: "
+                       "llama.cpp reads them in llama files")  # fmt: skip
+    d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
+    rot = raw.get("head_dim") or (d // tau if type(d) is int and type(tau) is int and tau > 0 else None)
+    half = rot // 2 if type(rot) is int and 2 <= rot <= MAX_WIDTH else None
+    if half is None or t.kind not in ("F32", "F16") or tuple(t.shape) != (half,):
+        raise QkvError(f"{where}: tensor 'rope_freqs.weight' is {t.kind} {list(t.shape)}: expected F32 or F16 "
+                       f"[{half or 'head_dim / 2'}], one RoPE frequency factor per rotated pair")  # fmt: skip
+    values = np.asarray(t.read(), dtype=np.float64)
+    bad = values[~(np.isfinite(values) & (values > 0))]
+    if bad.size:
+        raise QkvError(f"{where}: tensor 'rope_freqs.weight' holds {bad[0]}: every RoPE frequency factor must be "
+                       "finite and positive")  # fmt: skip
+    return values.tolist()
+
+
+def _gemma_scalar(raw: dict) -> None:
+    """query_pre_attn_scalar, which llama.cpp never writes: it scales Gemma 2 and 3 queries by 1/sqrt(d // tau) in
+    the 27B models (known by their layer count; Gemma 2 27B: 4608 // 32 = 144, Gemma 3 27B: 5376 // 32 = 168) and
+    by 1/sqrt(head_dim) in the others (src/llama-model.cpp, f_attention_scale), as qkv does without the key."""
+    d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
+    if raw.get("num_hidden_layers") == GEMMA_27B_LAYERS[raw["model_type"]] and type(d) is int and type(tau) is int:
+        if 0 < tau <= d:
+            raw["query_pre_attn_scalar"] = d // tau
 
 
 def _neox_config(raw: dict, meta: dict, tensors: dict, where: str) -> None:

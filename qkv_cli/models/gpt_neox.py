@@ -24,4 +24,5 @@ def read_config(keys) -> dict:
         parallel_residual=True,
         partial=("rotary_pct", 0.25),
         theta=("rotary_emb_base", 10000.0),
+        grouped=False,
     )

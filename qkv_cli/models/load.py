@@ -15,7 +15,8 @@ HINT = "--dtype float32, or a smaller model"
 
 
 def stored_tensors(path: Path, name: str = ""):
-    """(ModelConfig, every stored tensor under Hugging Face names) from the headers alone: no value is read."""
+    """(ModelConfig, every stored tensor under Hugging Face names) from the headers: no weight is read (a GGUF file's
+    rope_freqs, rot/2 numbers of its config, is)."""
     path = Path(path)
     if is_gguf(path):
         from qkv_cli.models.gguf import read_gguf

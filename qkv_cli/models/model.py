@@ -156,7 +156,8 @@ class Model:
         m = ids.size
         self.check_length(m)
         if ids.min() < 0 or ids.max() >= c.vocab_size:
-            raise QkvError(f"token ids must be in 0..{c.vocab_size - 1}, got {int(ids.min())}..{int(ids.max())}")
+            raise QkvError(f"token ids must be in 0..{c.vocab_size - 1} ({self.name} embeds {c.vocab_size:,} tokens: "
+                           f"vocab_size), got {int(ids.min())}..{int(ids.max())}")  # fmt: skip
         if tokens is None:
             from qkv_cli.text.tokens import Tokens
 

@@ -7,8 +7,9 @@ Position p turns each pair of a head's first `rot` dimensions by the angle p * t
     rope(x) = x * cos + rotate_half(x) * sin,    rotate_half([x1, x2]) = [-x2, x1]      (halves, not pairs)
 
 so dimension k is paired with dimension k + rot/2 (the rotation itself is core/rope.py). The dimensions after `rot`
-(partial rotary, GPT-NeoX) pass through. In float32 every step runs in float32 as transformers does; in float64
-every step is float64.
+(partial rotary, GPT-NeoX) pass through. A GGUF file of Llama 3.1 holds its scaling as llama.cpp's per-pair factors
+(`rope_freqs`): theta_k / freq_factors[k], as ggml_rope_ext divides them. In float32 every step runs in float32 as
+transformers (and llama.cpp) do; in float64 every step is float64.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from qkv_cli.core import rope as formula
 from qkv_cli.errors import QkvError
 
 KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
+MAX_FACTOR = 1000.0  # real scaling factors are 2 to 64; a larger one is a broken file (and overflows the context)
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Rope:
     mscale: float | None = None  # yarn
     mscale_all_dim: float | None = None  # yarn
     truncate: bool = True  # yarn
+    freq_factors: tuple[float, ...] | None = None  # llama.cpp's rope_freqs (GGUF): theta_k / freq_factors[k]
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -49,8 +52,31 @@ class Rope:
             raise QkvError(f"the rotated head width ({self.rot}) must be an even number of at least 2")
         if not (math.isfinite(self.theta) and self.theta > 1):
             raise QkvError(f"the RoPE base (rope_theta) must be a finite number above 1, got {self.theta}")
-        if not (math.isfinite(self.factor) and self.factor > 0):
-            raise QkvError(f"the RoPE scaling factor must be a positive number, got {self.factor}")
+        if not (math.isfinite(self.factor) and 0 < self.factor <= MAX_FACTOR):
+            raise QkvError(f"the RoPE scaling factor must be a number in (0, {MAX_FACTOR:,}], got {self.factor}")
+        if self.kind in ("llama3", "yarn") and self.original_max_positions < 1:
+            raise QkvError(f"{self.kind} RoPE: original_max_position_embeddings must be at least 1, "
+                           f"got {self.original_max_positions}")  # fmt: skip
+        if self.kind == "llama3" and not 0 < self.low_freq_factor < self.high_freq_factor < math.inf:
+            raise QkvError("llama3 RoPE: low_freq_factor and high_freq_factor must be finite with 0 < low < high, "
+                           f"got {self.low_freq_factor} and {self.high_freq_factor}")  # fmt: skip
+        if self.kind == "yarn":
+            for name in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"):
+                value = getattr(self, name)
+                if value is not None and not (math.isfinite(value) and value > 0):
+                    raise QkvError(f"yarn RoPE: {name} must be a positive number, got {value}")
+        if self.freq_factors is not None:
+            self._check_factors()
+
+    def _check_factors(self):
+        if self.kind in ("dynamic", "llama3"):
+            raise QkvError(f"{self.kind} RoPE cannot also have per-pair factors (rope_freqs): it would scale twice")
+        if len(self.freq_factors) != self.rot // 2:
+            raise QkvError(f"{len(self.freq_factors)} RoPE frequency factors (rope_freqs) for {self.rot // 2} rotated "
+                           "pairs: there must be one per pair")  # fmt: skip
+        bad = [f for f in self.freq_factors if not (math.isfinite(f) and f > 0)]
+        if bad:
+            raise QkvError(f"the RoPE frequency factors (rope_freqs) must be finite and positive, got {bad[0]}")
 
 
 def inv_freq(rope: Rope, m: int, dtype=np.float64):  # -> ([rot/2] inverse frequencies, attention scaling)
@@ -61,14 +87,16 @@ def inv_freq(rope: Rope, m: int, dtype=np.float64):  # -> ([rot/2] inverse frequ
     base = rope.theta
     if rope.kind == "dynamic" and m > rope.max_positions > 0:  # the base grows with the text beyond max_positions
         base = base * ((rope.factor * m / rope.max_positions) - (rope.factor - 1)) ** (dim / (dim - 2))
-    freq = dt(1.0) / (dt(base) ** exponents)
+    freq, scaling = dt(1.0) / (dt(base) ** exponents), 1.0
     if rope.kind == "linear":
         freq = freq / dt(rope.factor)
     elif rope.kind == "llama3":
         freq = _llama3(rope, freq, dt)
     elif rope.kind == "yarn":
-        return _yarn(rope, dt)
-    return freq, 1.0
+        freq, scaling = _yarn(rope, dt)
+    if rope.freq_factors is not None:  # llama.cpp divides before linear or YaRN scaling: the same, both are linear
+        freq = freq / np.asarray(rope.freq_factors, dtype=dtype)
+    return freq, scaling
 
 
 def _llama3(rope: Rope, freq, dt):  # Llama 3.1: low frequencies divided by factor, a smooth ramp in between

@@ -1,4 +1,5 @@
-"""Seeded fuzzing of the files qkv reads: mutated config.json, safetensors headers, shard indexes and tokenizer.json.
+"""Seeded fuzzing of the files qkv reads: mutated config.json, safetensors headers, shard indexes and tokenizer.json,
+of tiny BERT, GPT-2 and RoPE decoder checkpoints (RoPE, window and scale keys among the mutated ones).
 
 Whatever a checkpoint folder holds, `qkv run --model` and `qkv models` answer with exit 0 or one line and exit 2:
 never a traceback, an internal error, a hang on a FIFO, an escape sequence on the terminal, or a NaN in the output.
@@ -10,23 +11,31 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import shutil
 import struct
 
 import pytest
 from clitools import invoke
-from tiny import make_checkpoint
+from tiny import DECODERS, FAMILIES, make_checkpoint
 
 SEED = 20_261_201
-CASES = 60
+CASES = 120
 VALUES = [None, 0, -1, 1, 2, 3, 10**6, 10**12, 2**63, 1.5, float("nan"), "x", "", [], {}, [1, 2], {"a": 1}, True,
-          "\x1b]0;PWNED\x07", "../../etc", "/etc/passwd", 1e308]  # fmt: skip
+          "\x1b]0;PWNED\x07", "../../etc", "/etc/passwd", 1e308,
+          {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4},
+          {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -16, "mscale": "a"},
+          {"rope_type": "dynamic", "factor": 1e308}, {"rope_type": "linear", "partial_rotary_factor": 2.0},
+          {"sliding_attention": 5, "full_attention": {}}, ["sliding_attention", "full_attention"]]  # fmt: skip
+KEYS = ["model_type", "num_key_value_heads", "rope_scaling", "rope_parameters", "layer_types", "rope_theta",
+        "partial_rotary_factor", "rotary_pct", "query_pre_attn_scalar", "attn_logit_softcapping", "head_dim",
+        "sliding_window", "use_sliding_window", "tie_word_embeddings"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory):
     root = tmp_path_factory.mktemp("pristine")
-    return {family: make_checkpoint(root / family, family) for family in ("bert", "gpt2")}
+    return {family: make_checkpoint(root / family, family) for family in (*FAMILIES, *DECODERS)}
 
 
 def regular(path) -> bool:  # an earlier mutation may have made it a FIFO, a folder, or removed it
@@ -37,9 +46,12 @@ def mutate_config(rng, folder):
     path = folder / "config.json"
     if not regular(path):
         return
-    cfg = json.loads(path.read_text())
+    try:
+        cfg = json.loads(path.read_text())
+    except (ValueError, RecursionError):  # an earlier mutation wrote what is not JSON
+        return
     for _ in range(rng.randint(1, 3)):
-        key = rng.choice([*cfg, "model_type", "num_key_value_heads", "rope_scaling", "layer_types"])
+        key = rng.choice([*cfg, *KEYS])
         cfg[key] = rng.choice(VALUES)
     if rng.random() < 0.1:
         text = "[" * 100_000 + "]" * 100_000  # deeper than the JSON parser's recursion
@@ -113,8 +125,21 @@ def mutate_folder(rng, folder):
 MUTATIONS = [mutate_config, mutate_weights, mutate_tokenizer, mutate_folder]
 
 
+@pytest.fixture
+def address_space():
+    """An address-space limit of what the process maps now plus 4 GiB while a case runs: a tiny checkpoint that
+    declares huge sizes must be refused from the declaration, and one that allocates what it declares would otherwise
+    take the machine's memory (the out-of-memory killer, not a test failure). Restored after the case."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        mapped = int(f.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (mapped + 4 * 2**30, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 @pytest.mark.parametrize("index", range(CASES), ids=[f"case{i}" for i in range(CASES)])
-def test_hostile_checkpoint(index, pristine, tmp_path, monkeypatch):
+def test_hostile_checkpoint(index, pristine, tmp_path, monkeypatch, address_space):
     rng = random.Random(SEED * 1000 + index)
     family = rng.choice(sorted(pristine))
     folder = tmp_path / "model"
@@ -129,6 +154,7 @@ def test_hostile_checkpoint(index, pristine, tmp_path, monkeypatch):
         assert result.exit_code in (0, 2), f"{where}: exit {result.exit_code}: {result.output[-400:]!r}"
         assert "Traceback" not in result.output and "internal error" not in result.stderr, where
         assert "\x1b" not in result.output, f"{where}: an escape sequence reached the terminal"
+        assert "out of memory" not in result.stderr, f"{where}: a tiny model allocated what its files declare"
         if result.exit_code == 2:
             assert len(result.stderr.splitlines()) == 1, f"{where}: {result.stderr!r}"
         else:

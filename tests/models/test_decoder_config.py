@@ -10,7 +10,9 @@ import pytest
 from qkv_cli.core import rope
 from qkv_cli.errors import QkvError
 from qkv_cli.models import config_from_dict
+from qkv_cli.models.gguf_map import config_dict
 from qkv_cli.models.rope import Rope, inv_freq
+from qkv_cli.models.weights import Tensor
 
 LLAMA = {
     "model_type": "llama",
@@ -95,6 +97,39 @@ BAD = [
     ({"model_type": "gemma2", "layer_types": ["sliding_attention"]}, ["layer_types", "4 layers"]),
     ({"model_type": "gemma3_text", "use_bidirectional_attention": True}, ["bidirectional"]),
     ({"hidden_act": "swish2"}, ["swish2", "silu"]),
+    # RoPE and scale values that would divide by zero, overflow or break a shape later: refused at reading
+    ({"model_type": "gemma2", "query_pre_attn_scalar": 0}, ["query_pre_attn_scalar", "positive"]),
+    ({"model_type": "gemma2", "query_pre_attn_scalar": -24}, ["query_pre_attn_scalar", "positive"]),
+    ({"model_type": "gemma2", "final_logit_softcapping": -1.0}, ["final_logit_softcapping", "positive"]),
+    ({"rope_parameters": {"rope_type": "default", "partial_rotary_factor": 2.0}}, ["partial_rotary_factor", "(0, 1]"]),
+    ({"model_type": "gpt_neox", "rotary_pct": 1.5}, ["partial_rotary_factor", "(0, 1]"]),
+    ({"model_type": "gpt_neox", "rotary_pct": 0}, ["partial_rotary_factor", "(0, 1]"]),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "high_freq_factor": 0}}, ["llama3", "0 < low < high"]),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 4.0}}, ["llama3", "0 < low < high"]),
+    (
+        {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": -16}},
+        ["original_max_position_embeddings", "at least 1"],
+    ),  # fmt: skip
+    (
+        {"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": -16}},
+        ["original_max_position_embeddings", "at least 1"],
+    ),  # fmt: skip
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": "a"}}, ["RoPE parameters", "not valid"]),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "beta_fast": -1}}, ["beta_fast", "positive"]),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1, "mscale_all_dim": -3}}, ["mscale_all_dim"]),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 1e308}}, ["scaling factor", "1,000"]),
+    ({"rope_scaling": {"rope_type": "linear", "factor": float("inf")}}, ["scaling factor"]),
+    (
+        {"model_type": "gemma3_text", "rope_parameters": {"sliding_attention": 5, "full_attention": {}}},
+        ["rope_parameters", "each layer type"],
+    ),  # fmt: skip
+    # per-pair factors (a GGUF file's rope_freqs, read as "freq_factors"): one per pair, finite, positive, unscaled
+    ({"rope_scaling": {"freq_factors": [1, 1, 1]}}, ["3 RoPE frequency factors", "4 rotated pairs"]),
+    ({"rope_scaling": {"freq_factors": [1, 0, 1, 1]}}, ["finite and positive", "got 0.0"]),
+    ({"rope_scaling": {"freq_factors": [1, float("nan"), 1, 1]}}, ["finite and positive", "got nan"]),
+    ({"rope_scaling": {"freq_factors": [1, 1, float("inf"), 1]}}, ["finite and positive", "got inf"]),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "freq_factors": [1] * 4}}, ["llama3", "scale twice"]),
+    ({"rope_scaling": {"freq_factors": "fast"}}, ["RoPE parameters", "not valid"]),
 ]
 
 
@@ -137,3 +172,68 @@ def test_linear_and_dynamic_scaling_by_hand():
     grown = inv_freq(Rope(theta=100.0, rot=4, kind="dynamic", factor=2.0, max_positions=16), 32)[0]
     new_base = 100.0 * ((2.0 * 32 / 16) - 1) ** (4 / 2)  # base * ((factor m / P) - (factor - 1))^(rot / (rot - 2))
     np.testing.assert_allclose(grown, [1.0, 1.0 / new_base**0.5])
+
+
+def test_frequency_factors_divide_theta_in_the_working_dtype():
+    """llama.cpp's rope_freqs: pair k turns by theta_k / f_k (after linear scaling too), in float32 in float32."""
+    np.testing.assert_allclose(inv_freq(Rope(theta=100.0, rot=4, freq_factors=(1.0, 4.0)), 8)[0], [1.0, 0.1 / 4])
+    linear = Rope(theta=100.0, rot=4, kind="linear", factor=2.0, freq_factors=(1.0, 4.0))
+    np.testing.assert_allclose(inv_freq(linear, 8)[0], [1.0 / 2, 0.1 / 2 / 4])
+    f32, _ = inv_freq(Rope(theta=100.0, rot=4, freq_factors=(1.0, 4.8853207)), 8, np.float32)
+    plain32, _ = inv_freq(Rope(theta=100.0, rot=4), 8, np.float32)
+    assert f32.dtype == np.float32 and f32[1] == plain32[1] / np.float32(4.8853207)
+
+
+GGUF_LLAMA = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 32,
+              "llama.attention.head_count": 4, "llama.feed_forward_length": 48, "llama.context_length": 32,
+              "llama.vocab_size": 20}  # fmt: skip
+
+
+def unread(shape, kind):
+    """A stored tensor whose values must not be read (its header is refused first)."""
+    return Tensor(shape, kind, lambda: pytest.fail("rope_freqs was read before its shape and type were checked"), "x")
+
+
+@pytest.mark.parametrize(
+    "meta, tensor, message",
+    [
+        (GGUF_LLAMA, unread((8,), "F32"), "'rope_freqs.weight' is F32 [8]: expected F32 or F16 [4]"),
+        (GGUF_LLAMA, unread((1, 4), "F32"), "'rope_freqs.weight' is F32 [1, 4]: expected F32 or F16 [4]"),
+        (GGUF_LLAMA, unread((4,), "Q8_0"), "'rope_freqs.weight' is Q8_0 [4]: expected F32 or F16 [4]"),
+        (GGUF_LLAMA, unread((4,), "BF16"), "is BF16 [4]"),
+        ({**GGUF_LLAMA, "llama.rope.dimension_count": 1}, unread((0,), "F32"), "expected F32 or F16 [head_dim / 2]"),
+        ({"general.architecture": "qwen2"}, unread((4,), "F32"), "(rope_freqs) in a qwen2 file are not supported"),
+        (GGUF_LLAMA, Tensor((4,), "F32", lambda: np.array([1, 2, 0, 8], np.float32), "x"), "holds 0.0: every RoPE"),
+        (GGUF_LLAMA, Tensor((4,), "F16", lambda: np.array([1, np.inf, 8, 8], np.float32), "x"), "holds inf"),
+    ],
+    ids=["too long", "2-D", "quantized", "bf16", "no rotated pairs", "not llama", "zero", "infinite"],
+)  # fmt: skip
+def test_bad_rope_freqs_are_one_line_and_checked_before_reading(meta, tensor, message):
+    with pytest.raises(QkvError) as info:
+        config_dict(meta, {"rope_freqs.weight": tensor}, "GGUF file 'x.gguf'")
+    assert "\n" not in str(info.value) and message in str(info.value), str(info.value)
+
+
+def test_rope_freqs_become_the_ropes_factors():
+    stored = Tensor((4,), "F16", lambda: np.array([1, 1.5, 8, 8], np.float32), "x")
+    raw = config_dict(GGUF_LLAMA, {"rope_freqs.weight": stored}, "GGUF file 'x.gguf'")
+    rope = config_from_dict(raw, "x").opt("ropes")[""]
+    assert (rope.kind, rope.rot, rope.freq_factors) == ("default", 8, (1.0, 1.5, 8.0, 8.0))
+
+
+def test_gpt_neox_has_no_grouped_heads_whatever_the_file_says():
+    """GPT-NeoX's fused query_key_value holds tau heads of each; transformers ignores num_key_value_heads there."""
+    c = config_from_dict({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4,
+                          "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 100,
+                          "max_position_embeddings": 64, "num_key_value_heads": 2})  # fmt: skip
+    assert c.n_kv_heads == 4
+
+
+def test_a_gguf_vocabulary_larger_than_the_embeddings_is_refused_from_the_metadata():
+    meta = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 16,
+            "llama.attention.head_count": 4, "llama.feed_forward_length": 24, "llama.context_length": 32,
+            "llama.vocab_size": 20, "tokenizer.ggml.tokens": [f"t{i}" for i in range(26)]}  # fmt: skip
+    with pytest.raises(QkvError, match=r"26 tokens but the model embeds only 20 \(vocab_size\)"):
+        config_dict(meta, {}, "GGUF file 'x.gguf'")
+    meta["llama.vocab_size"] = 26
+    assert config_dict(meta, {}, "GGUF file 'x.gguf'")["vocab_size"] == 26

@@ -1,33 +1,32 @@
-"""GGUF files of llama.cpp's `gptneox` and `olmo2` architectures against transformers on the same weights.
+"""GGUF files of llama.cpp's architectures against transformers on the same weights.
 
-transformers' GGUF loader reads neither architecture, so each tiny random model of tests/decoders.py is written to
-GGUF here by a small converter that follows llama.cpp's convert_hf_to_gguf.py, not qkv's code: the metadata keys of
-GPTNeoXModel.set_gguf_parameters and TextModel.set_gguf_parameters (Olmo2Model adds only keys for sliding windows
-and YaRN, which these models lack), the tensor names of gguf-py's own TensorNameMap, GPT-NeoX's fused
-query_key_value regrouped from [q_h | k_h | v_h] per head to [Q | K | V] (GPTNeoXModel.modify_tensors; OLMo 2's q and
-k are not permuted: only LlamaModel and OlmoModel do that), F32 or the converter's F16 choice (2-D weights F16;
-norms, biases and 1-D tensors F32), and the byte-level vocabulary of _set_vocab_gpt2. qkv loads the file; every
-layer's attention must equal transformers' eager attention within 1e-5 in float32 (1e-10 in float64), and the final
-hidden state and the logits must agree too.
+Each tiny random model of tests/decoders.py is written to GGUF by tests/gguf_convert.py, a small converter that
+follows llama.cpp's convert_hf_to_gguf.py, not qkv's code (the metadata each model class writes, gguf-py's tensor
+names, the rows of a `llama` file's attn_q and attn_k permuted to pairs, Gemma's norms stored as 1 + w, GPT-NeoX's
+fused attn_qkv regrouped, F32 or F16). What llama.cpp never writes (query_pre_attn_scalar, a Mistral or Qwen
+window, which Gemma 3 layers slide) is set in the model first to what llama.cpp assumes, so the file holds the whole
+model. qkv loads the file; every layer's attention must equal transformers' eager attention within 1e-5 in float32
+(1e-10 in float64), and the final hidden state and the logits must agree too. A llama3 RoPE (Llama 3.1) is stored
+as llama.cpp stores it, per-pair factors in rope_freqs, which qkv applies as llama.cpp does.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 
 import numpy as np
 import pytest
 from decoders import attentions, build, float64_everywhere, float64_twin
+from gguf_convert import as_stored, convert, expressible, permute
 from helpers import reference_import
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models import load_model
+from qkv_cli.models.config import config_from_dict
 from qkv_cli.models.gguf_map import config_dict
 
 pytestmark = pytest.mark.reference
 LENGTHS = (1, 7, 19)
-SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")  # ModelBase.prepare_tensors
 # case -> (tests/decoders.py case, F16 weights, write rope.freq_base); GPTNeoXModel writes no rope.freq_base, which
 # llama.cpp then reads as 10000: the case with rotary_emb_base 200 adds the key (llama.cpp reads it for every
 # architecture), the sequential one (base 10000) is the converter's output exactly
@@ -35,9 +34,23 @@ CASES = {
     "gpt_neox": ("gpt_neox", False, True),
     "gpt_neox-sequential": ("gpt_neox-sequential", False, False),
     "olmo2": ("olmo2", False, False),
+    "llama": ("llama", False, False),
+    "llama-tied-bias": ("llama-tied-bias", False, False),
+    "llama-linear": ("llama-linear", False, False),
+    "llama-yarn": ("llama-yarn", False, False),
+    "llama-llama3": ("llama-llama3", False, False),
+    "mistral": ("mistral", False, False),
+    "qwen2": ("qwen2", False, False),
+    "qwen3": ("qwen3", False, False),
+    "gemma2": ("gemma2", False, False),
+    "gemma3": ("gemma3_text", False, False),
     "gpt_neox-f16": ("gpt_neox-sequential", True, False),
     "olmo2-f16": ("olmo2", True, False),
+    "llama-tied-bias-f16": ("llama-tied-bias", True, False),
+    "gemma2-f16": ("gemma2", True, False),
+    "gemma3-f16": ("gemma3_text", True, False),
 }
+F32_CASES = [case for case, (_, f16, _) in CASES.items() if not f16]
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +61,7 @@ def libs():
 
 @pytest.fixture(scope="module")
 def made(libs, tmp_path_factory):
-    """case -> (GGUF path, the transformers model whose weights are the file's: F16 ones rounded), built once."""
+    """case -> (GGUF path, the transformers model the file holds, weights as read back: see as_stored), built once."""
     torch, transformers, gguf = libs
     models, out = {}, {}
 
@@ -56,97 +69,28 @@ def made(libs, tmp_path_factory):
         if case not in out:
             name, f16, freq_base = CASES[case]
             if name not in models:
-                models[name] = build(transformers, torch, name, tmp_path_factory.mktemp(name))
+                model = build(transformers, torch, name, tmp_path_factory.mktemp(name))
+                models[name] = expressible(transformers, torch, model)
             path = tmp_path_factory.mktemp("gguf") / f"{case}.gguf"
             halves = convert(gguf, models[name], path, f16, freq_base)
-            out[case] = (path, rounded(torch, models[name], halves))
+            out[case] = (path, as_stored(torch, models[name], halves))
         return out[case]
 
     return get
 
 
-def write_vocab(w) -> None:
-    """TextModel._set_vocab_gpt2 with qkv's small byte-level BPE (the tiny models' tokenizer): tokens by id, added
-    special ones as CONTROL (3), merges as "a b"; its pre-tokenizer is GPT-2's."""
-    from qkv_cli.text.tokens import BPE_PATH
+def turning_as_the_file(torch, twin, path) -> None:
+    """A float64 llama3 twin turned by the file's factors: rope_freqs holds them in float32 (8 digits), which moves
+    float64 attention by ~6e-7 from transformers' exact llama3 frequencies, far above 1e-10 (float32, at 1e-5, does
+    not see it: its frequencies are bit for bit transformers'). So theta_k = transformers' default 1 / base^(2k/rot)
+    (float64), divided by the file's factor_k: what llama.cpp computes, in float64."""
+    from qkv_cli.models.gguf import read_gguf
 
-    doc = json.loads(BPE_PATH.read_text(encoding="utf-8"))
-    by_id = {i: t for t, i in doc["model"]["vocab"].items()} | {a["id"]: a["content"] for a in doc["added_tokens"]}
-    special = {a["id"] for a in doc["added_tokens"] if a["special"]}
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list([by_id[i] for i in range(len(by_id))])
-    w.add_token_types([3 if i in special else 1 for i in range(len(by_id))])
-    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in doc["model"]["merges"]])
-    w.add_eos_token_id(min(special))
-
-
-def convert(gguf, model, path, f16: bool, freq_base: bool) -> set[str]:
-    """Write `model` to `path` as convert_hf_to_gguf.py does; returns the Hugging Face names stored as F16."""
-    h = model.config.to_dict()  # ModelBase.load_hparams: AutoConfig.from_pretrained(folder).to_dict()
-    neox = h["model_type"] == "gpt_neox"
-    arch = gguf.MODEL_ARCH.GPTNEOX if neox else gguf.MODEL_ARCH.OLMO2
-    w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
-    w.add_name(f"tiny {h['model_type']}")
-    n_head, d, n_layers = h["num_attention_heads"], h["hidden_size"], h["num_hidden_layers"]
-    rope = h.get("rope_parameters") or {}  # TextModel.__init__ mirrors rope_theta / rotary_emb_base into it
-    if neox:  # GPTNeoXModel.set_gguf_parameters (no call to TextModel's)
-        w.add_context_length(h["max_position_embeddings"])
-        w.add_embedding_length(d)
-        w.add_block_count(n_layers)
-        w.add_feed_forward_length(h["intermediate_size"])
-        pct = h.get("rotary_pct", rope.get("partial_rotary_factor"))  # transformers v5 keeps it in rope_parameters
-        w.add_rope_dimension_count(int(pct * (d // n_head)))
-        w.add_head_count(n_head)
-        w.add_parallel_residual(h.get("use_parallel_residual", True))
-        w.add_layer_norm_eps(h["layer_norm_eps"])
-        if freq_base:
-            w.add_rope_freq_base(rope["rope_theta"])
-    else:  # TextModel.set_gguf_parameters
-        w.add_block_count(n_layers)
-        w.add_context_length(h["max_position_embeddings"])
-        w.add_embedding_length(d)
-        w.add_feed_forward_length(h["intermediate_size"])
-        w.add_head_count(n_head)
-        w.add_head_count_kv(h["num_key_value_heads"])
-        w.add_rope_freq_base(rope["rope_theta"])
-        w.add_layer_norm_rms_eps(h["rms_norm_eps"])
-        if h.get("head_dim") is not None:
-            w.add_key_length(h["head_dim"])
-            w.add_value_length(h["head_dim"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
-    write_vocab(w)
-    names, halves = gguf.get_tensor_name_map(arch, n_layers), set()
-    for name, t in model.state_dict().items():
-        if name.endswith(SKIPPED):
-            continue
-        x = t.detach().numpy()
-        if neox and name.endswith(("attention.query_key_value.weight", "attention.query_key_value.bias")):
-            parts = x.reshape(n_head, 3, d // n_head, *x.shape[1:])  # per head [q_h | k_h | v_h]
-            x = np.concatenate([parts[:, i].reshape(-1, *x.shape[1:]) for i in range(3)])  # -> [Q | K | V]
-        new = names.get_name(name, try_suffixes=(".weight", ".bias"))  # ModelBase.map_tensor_name
-        assert new is not None, f"llama.cpp has no name for {name}"
-        half = f16 and x.ndim > 1 and new.endswith(".weight") and not new.endswith("_norm.weight")
-        if half:
-            halves.add(name)
-        w.add_tensor(new, x.astype(np.float16 if half else np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return halves
-
-
-def rounded(torch, model, halves: set[str]):
-    """The model with the weights stored as F16 rounded to float16, as the file holds them."""
-    if not halves:
-        return model
-    twin = copy.deepcopy(model)
-    with torch.no_grad():
-        for name, p in twin.named_parameters():
-            if name in halves:
-                p.copy_(p.half().float())
-    return twin
+    factors = read_gguf(path).tensors["rope_freqs.weight"].read().astype(np.float64)
+    rotary = twin.model.rotary_emb
+    default, _ = rotary.compute_default_rope_parameters(twin.config)  # float64 inside float64_everywhere
+    assert default.dtype == torch.float64 and default.shape == factors.shape
+    rotary.inv_freq = default / torch.from_numpy(factors)
 
 
 def ids_for(m: int, seed: int) -> list[int]:
@@ -166,7 +110,7 @@ def test_float32_attention_hidden_state_and_logits_match_transformers(case, made
         ids = ids_for(m, m)
         run = ours.forward(ids)
         ref = attentions(torch, model, ids)
-        assert run.attentions.dtype == np.float32 and len(ref) == len(run.attentions) == 3
+        assert run.attentions.dtype == np.float32 and len(ref) == len(run.attentions) == model.config.num_hidden_layers
         for layer, want in enumerate(ref):
             np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{case} layer {layer}")
         with torch.no_grad():
@@ -176,7 +120,7 @@ def test_float32_attention_hidden_state_and_logits_match_transformers(case, made
         np.testing.assert_allclose(logits_of(ours, run), logits, atol=5e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["gpt_neox", "gpt_neox-sequential", "olmo2"])
+@pytest.mark.parametrize("case", F32_CASES)
 def test_float64_attention_matches_a_float64_transformers(case, made, libs):
     torch, transformers, _ = libs
     path, model = made(case)
@@ -184,6 +128,8 @@ def test_float64_attention_matches_a_float64_transformers(case, made, libs):
     ids = ids_for(LENGTHS[-1], 1)
     with float64_everywhere(torch):
         twin = float64_twin(transformers, torch, model)
+        if case == "llama-llama3":
+            turning_as_the_file(torch, twin, path)
         ref = attentions(torch, twin, ids)
         with torch.no_grad():
             out = twin(torch.tensor([ids]), output_hidden_states=True)
@@ -199,20 +145,37 @@ def test_float64_attention_matches_a_float64_transformers(case, made, libs):
 def test_the_config_read_from_the_metadata(case, made):
     path, model = made(case)
     c, h = load_model(path).config, model.config
+    kind = h.model_type
     assert (c.family, c.n_layers, c.n_heads, c.d, c.d_ff, c.vocab_size) == (
-        h.model_type, 3, h.num_attention_heads, 32, 48, h.vocab_size)  # fmt: skip
+        kind, h.num_hidden_layers, h.num_attention_heads, 32, 48, h.vocab_size)  # fmt: skip
     rope = c.opt("ropes")[""]
-    assert not c.opt("tie_embeddings") and c.max_positions == h.max_position_embeddings
-    if h.model_type == "gpt_neox":
+    assert c.opt("tie_embeddings") is (kind == "gemma2" or h.tie_word_embeddings)  # Gemma2Model drops lm_head
+    assert c.max_positions == h.max_position_embeddings
+    caps = (getattr(h, "attn_logit_softcapping", None), getattr(h, "final_logit_softcapping", None))
+    assert (c.opt("softcap"), c.opt("final_softcap")) == caps
+    if kind == "gpt_neox":
         assert rope.rot == model.gpt_neox.layers[0].attention.rotary_ndims == 4  # rope.dimension_count, exactly
         assert rope.theta == h.rope_parameters["rope_theta"]  # 200 from rope.freq_base, or llama.cpp's 10000
         assert c.opt("parallel_residual") is h.use_parallel_residual and c.opt("qkv_bias") and c.n_kv_heads == 2
         assert c.norm_eps == float(np.float32(h.layer_norm_eps))  # GGUF stores it as float32
         assert c.opt("norm") == "layer" and c.activation == h.hidden_act
-    else:
-        assert (rope.rot, rope.theta, c.n_kv_heads) == (c.d_k, 10000.0, h.num_key_value_heads) == (8, 10000.0, 2)
-        assert c.norm_eps == float(np.float32(h.rms_norm_eps))
-        assert not c.opt("qkv_bias") and c.opt("qk_norm") == "flat"
+        return
+    full = h.rope_parameters.get("full_attention", h.rope_parameters)
+    kind_read = {"llama3": "default"}.get(full["rope_type"], full["rope_type"])  # llama3: rope_freqs, no key
+    assert (rope.rot, rope.theta, rope.kind, c.n_kv_heads) == (c.d_k, full["rope_theta"], kind_read, 2)
+    assert (rope.freq_factors is not None) is (full["rope_type"] == "llama3")
+    assert c.d_k == (getattr(h, "head_dim", None) or 8)
+    assert c.opt("scale") == c.d_k**-0.5  # Gemma below 27B: 1/sqrt(head_dim), as llama.cpp
+    types = tuple(getattr(h, "layer_types", None) or ["full_attention"] * h.num_hidden_layers)
+    window = h.sliding_window if "sliding_attention" in types else None
+    assert (c.opt("layer_types"), c.opt("sliding_window")) == (types, window)
+    assert c.norm_eps == float(np.float32(h.rms_norm_eps))
+    bias, mlp_bias = getattr(h, "attention_bias", False), getattr(h, "mlp_bias", False)
+    assert c.opt("qkv_bias") is (kind == "qwen2" or bias) and c.opt("mlp_bias") is mlp_bias
+    assert c.opt("qk_norm") == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head"}.get(kind)
+    if kind == "gemma3_text":  # the sliding layers' base from rope.freq_base_swa, unscaled
+        local = c.opt("ropes")["sliding_attention"]
+        assert (local.theta, local.kind, rope.factor) == (300.0, "default", 2.0)
 
 
 def test_without_rope_freq_base_gpt_neox_turns_at_llama_cpps_10000(made, tmp_path, libs):
@@ -221,6 +184,59 @@ def test_without_rope_freq_base_gpt_neox_turns_at_llama_cpps_10000(made, tmp_pat
     convert(libs[2], model, tmp_path / "no-base.gguf", False, False)
     ours = load_model(tmp_path / "no-base.gguf")
     assert ours.config.opt("ropes")[""].theta == 10000.0 != model.config.rope_parameters["rope_theta"]
+
+
+def test_llama3_scaling_is_read_from_rope_freqs_and_matters(made, libs):
+    """The file holds Llama 3.1's scaling only as rope_freqs (F32, one factor per pair, no scaling key); default
+    theta_k divided by those factors is transformers' llama3 theta_k; and the scaling matters on this text (longer
+    than original_max_position_embeddings 8): run without it, the attention is far from transformers' with it."""
+    from qkv_cli.models.gguf import read_gguf
+
+    torch, transformers, _ = libs
+    path, model = made("llama-llama3")
+    g = read_gguf(path)
+    t = g.tensors["rope_freqs.weight"]
+    assert (t.kind, t.shape) == ("F32", (4,)) and not [key for key in g.metadata if "rope.scaling" in key]
+    factors = t.read().astype(np.float64)
+    default = 1.0 / 100.0 ** (np.arange(0, 8, 2) / 8)
+    np.testing.assert_allclose(default / factors, model.model.rotary_emb.inv_freq.numpy(), rtol=1e-6)
+    assert factors[0] not in (1.0, 8.0) and list(factors[1:]) == [8.0] * 3  # pair 0 on the smooth ramp
+    ours = load_model(path, dtype="float32")
+    assert ours.config.opt("ropes")[""].freq_factors == tuple(factors)
+    c = copy.deepcopy(model.config)
+    c.rope_parameters = {"rope_type": "default", "rope_theta": 100.0}
+    del c.original_max_position_embeddings  # (expressible's)
+    unscaled = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager")
+    unscaled.load_state_dict(model.state_dict())  # what transformers' GGUF loader runs: rope_freqs ignored
+    ids = ids_for(LENGTHS[-1], LENGTHS[-1])
+    run, scaled, plain = ours.forward(ids), attentions(torch, model, ids), attentions(torch, unscaled.eval(), ids)
+    gap = max(float(np.abs(a - b).max()) for a, b in zip(scaled, plain, strict=True))
+    assert gap > 0.1, gap  # measured 0.99: the scaling is far above the 1e-5 the comparisons hold
+    assert max(float(np.abs(a - b).max()) for a, b in zip(run.attentions, plain, strict=True)) > 0.1
+
+
+def test_llama3_generation_through_the_kv_cache_turns_as_transformers(made, libs):
+    """The cache's new rows turn at positions start.. with the file's factors too: greedy ids equal transformers'
+    generate and every step's attention row its full forward's, past original_max_position_embeddings (8)."""
+    from qkv_cli.pipeline.generate import generate
+    from qkv_cli.text.tokens import Tokens
+
+    torch = libs[0]
+    path, model = made("llama-llama3")
+    prompt, new = ids_for(5, 3), 14
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = None, 0
+    with torch.no_grad():
+        want = model.generate(torch.tensor([prompt]), max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    want = want[0, len(prompt) :].tolist()
+    labels = tuple(map(str, prompt))
+    tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * len(prompt), ids=tuple(prompt))
+    gen = generate(load_model(path), tokens, new)
+    assert gen.step_ids.tolist() == want
+    ref = attentions(torch, model, prompt + want)
+    for t in range(new):
+        q = len(prompt) + t - 1  # the query that wrote token len(prompt) + t
+        for layer, a in enumerate(ref):
+            np.testing.assert_allclose(gen.step_attentions[t, layer, :, : q + 1], a[:, q, : q + 1], atol=1e-5)
 
 
 def test_the_vocabulary_tokenizes_as_the_models_tokenizer(made):
@@ -253,6 +269,48 @@ def test_the_file_holds_the_converters_layout(made, libs):
     assert "blk.0.attn_norm.weight" not in olmo.tensors and "olmo2.attention.layer_norm_rms_epsilon" in olmo.metadata
 
 
+def test_llama_and_gemma_files_hold_what_llama_cpp_changed(made):
+    """attn_q and attn_k rows permuted per head (k with its 2 key/value heads, biases too), Gemma's norms as 1 + w,
+    no lm_head in a tied or Gemma 2 file, and no query_pre_attn_scalar anywhere."""
+    from qkv_cli.models.gguf import read_gguf
+
+    path, model = made("llama-tied-bias")
+    g, w = read_gguf(path), {k: v.numpy() for k, v in model.state_dict().items()}
+    q, kb = w["model.layers.0.self_attn.q_proj.weight"], w["model.layers.0.self_attn.k_proj.bias"]
+    np.testing.assert_array_equal(g.tensors["blk.0.attn_q.weight"].read(), permute(q, 4))
+    np.testing.assert_array_equal(g.tensors["blk.0.attn_k.bias"].read(), permute(kb, 2))
+    assert not np.array_equal(permute(q, 4), q) and "output.weight" not in g.tensors
+    assert g.metadata["llama.rope.dimension_count"] == 8 and g.metadata["general.architecture"] == "llama"
+    assert read_gguf(made("mistral")[0]).metadata["general.architecture"] == "llama"  # MistralForCausalLM: LlamaModel
+    path, model = made("gemma2")
+    g, norm = read_gguf(path), model.state_dict()["model.layers.1.pre_feedforward_layernorm.weight"].numpy()
+    np.testing.assert_array_equal(g.tensors["blk.1.ffn_norm.weight"].read() - np.float32(1), norm)
+    assert "output.weight" not in g.tensors and g.metadata["gemma2.attn_logit_softcapping"] == 5.0
+    meta = read_gguf(made("gemma3")[0]).metadata
+    assert (meta["gemma3.rope.freq_base"], meta["gemma3.rope.freq_base_swa"], meta["gemma3.rope.scaling.type"]) == (
+        5000.0, 300.0, "linear")  # fmt: skip
+    assert not [key for key in meta | g.metadata if "scalar" in key or "attention.scale" in key]
+
+
+@pytest.mark.parametrize(
+    "arch, layers, d, tau, head_dim, scalar",
+    [("gemma2", 46, 4608, 32, 128, 144), ("gemma2", 42, 3584, 16, 256, 256), ("gemma3", 62, 5376, 32, 128, 168),
+     ("gemma3", 48, 3840, 16, 256, 256), ("gemma3", 26, 1152, 4, 256, 256)],
+    ids=["gemma-2-27b", "gemma-2-9b", "gemma-3-27b", "gemma-3-12b", "gemma-3-1b"],
+)  # fmt: skip
+def test_gemma_query_scale_is_llama_cpps(arch, layers, d, tau, head_dim, scalar):
+    """llama.cpp writes no query_pre_attn_scalar: it scales by 1/sqrt(d // tau) in the 27B models (46 or 62 layers)
+    and 1/sqrt(head_dim) in the others (Gemma 3 1B: d // tau = 288, yet 256)."""
+    meta = {"general.architecture": arch, f"{arch}.block_count": layers, f"{arch}.embedding_length": d,
+            f"{arch}.attention.head_count": tau, f"{arch}.attention.head_count_kv": tau // 2,
+            f"{arch}.attention.key_length": head_dim, f"{arch}.context_length": 8192,
+            f"{arch}.feed_forward_length": 4 * d, f"{arch}.vocab_size": 256000}  # fmt: skip
+    raw = config_dict(meta, {}, "GGUF file 'x.gguf'")
+    assert raw.get("query_pre_attn_scalar", head_dim) == scalar
+    c = config_from_dict(raw, "x")
+    assert c.d_k == head_dim and c.opt("scale") == scalar**-0.5
+
+
 def test_unknown_architecture_lists_the_supported_ones(tmp_path, libs):
     gguf = libs[2]
     w = gguf.GGUFWriter(str(tmp_path / "falcon.gguf"), "falcon")
@@ -281,3 +339,31 @@ def test_unknown_architecture_lists_the_supported_ones(tmp_path, libs):
 def test_bad_metadata_is_refused(meta, message):
     with pytest.raises(QkvError, match=message.replace("(", r"\(").replace(")", r"\)")):
         config_dict(meta, {}, "GGUF file 'x.gguf'")
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        (np.ones(8, np.float32), "'rope_freqs.weight' is F32 [8]: expected F32 or F16 [4], one RoPE frequency"),
+        (np.ones((2, 2), np.float32), "'rope_freqs.weight' is F32 [2, 2]: expected F32 or F16 [4]"),
+        (np.array([1, 0, 8, 8], np.float32), "'rope_freqs.weight' holds 0.0: every RoPE frequency factor must be"),
+        (np.array([1, np.nan, 8, 8], np.float32), "holds nan: every RoPE frequency factor must be finite and positive"),
+        (np.array([1, -2, 8, 8], np.float16), "holds -2.0"),
+    ],
+    ids=["wrong length", "two dimensions", "zero", "nan", "negative f16"],
+)  # fmt: skip
+def test_bad_rope_freqs_in_a_file_are_one_line(values, message, tmp_path, libs):
+    w = libs[2].GGUFWriter(str(tmp_path / "x.gguf"), "llama")
+    w.add_block_count(1)
+    w.add_context_length(32)
+    w.add_embedding_length(32)
+    w.add_feed_forward_length(48)
+    w.add_head_count(4)  # head_dim 8: 4 rotated pairs
+    w.add_tensor("rope_freqs.weight", values)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(QkvError) as exc:
+        load_model(tmp_path / "x.gguf")
+    assert "\n" not in str(exc.value) and message in str(exc.value), str(exc.value)
