@@ -12,6 +12,7 @@ from qkv_cli.cli.options import (
     CROSS,
     DETECTORS,
     GENERATION,
+    MASK_CHECKPOINT,
     MASKS,
     PREDICTION,
     RANDOM,
@@ -163,7 +164,7 @@ def explain(text: TextArg = None, *, opts: Opts,
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
-@takes(TEXT, CHECKPOINT)
+@takes(TEXT, MASK_CHECKPOINT)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
          pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",

@@ -149,12 +149,21 @@ ModelOpt = Annotated[
         "(qkv models lists them).",
     ),
 ]
-LayerOpt = Annotated[
-    list[str] | None,
-    typer.Option("--layer", metavar=INT, callback=integers,
-                 help="With --model: layer 0..L-1 or -1; --layer 0,2 or --layer 0 --layer 2 (default last for "
-                 "tables, all for JSON)."),
-]  # fmt: skip
+
+
+def layer_option(default: str):
+    """--layer, with what the command does without it."""
+    return Annotated[
+        list[str] | None,
+        typer.Option("--layer", metavar=INT, callback=integers,
+                     help=f"With --model: layer 0..L-1 or -1; --layer 0,2 or --layer 0 --layer 2 ({default})."),
+    ]  # fmt: skip
+
+
+LayerOpt = layer_option("default: the last for tables, explain and attribute; every layer for JSON, CSV, heads and "
+                        "the model views of heatmap and view")  # fmt: skip
+MaskLayerOpt = layer_option("default: the first layer of each kind of mask: layer 0 when every layer masks alike, "
+                            "else e.g. a sliding-window layer and a full causal one")  # fmt: skip
 DownloadOpt = Annotated[
     bool,
     typer.Option("--download", help="With --model NAME not in the cache: fetch it (pip install 'qkv-cli[download]')."),
@@ -186,6 +195,7 @@ MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None), ("mask_file"
 CROSS = [("context", ContextOpt, None), ("context_file", ContextFileOpt, None)]
 ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWith.zeros)]
 CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]
+MASK_CHECKPOINT = [("model", ModelOpt, None), ("layer", MaskLayerOpt, None), ("download", DownloadOpt, False)]
 BUDGET = [("max_memory", MaxMemoryOpt, None)]
 GenerateOpt = Annotated[
     int | None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from qkv_cli.core.settings import check_sizes
@@ -26,12 +27,52 @@ class Matrix:
         return f"{self.rows} x {self.cols}"
 
 
+INPUT = "input: token embeddings + positions"
+
+
+def scores_formula(d_k: int, scale: float | None = None, softcap: float | None = None) -> str:
+    """The scores before the mask as a run computes them: Q K^T / sqrt(d_k), or Q K^T with its own scale, and
+    tanh(S / c) * c around it where logits are soft-capped (Gemma 2)."""
+    if scale is None or math.isclose(scale, d_k**-0.5, rel_tol=1e-9):
+        S = "Q K^T / sqrt(d_k)"
+    elif scale == 1:
+        S = "Q K^T"
+    elif math.isclose(scale, d_k**0.5, rel_tol=1e-9):
+        S = "Q K^T * sqrt(d_k)"
+    else:
+        S = "Q K^T * scale"
+    return S if softcap is None else f"tanh({S} / c) * c"
+
+
+def scale_words(d_k: int, scale: float | None = None, softcap: float | None = None, root: bool = False) -> str:
+    """What scores_formula leaves as letters: 'scale = 6^-1/2 = 0.4082, c = 5' ('' for plain 1/sqrt(d_k)).
+
+    root: also write the scale as s^-1/2 when s is a whole number (a checkpoint's query_pre_attn_scalar)."""
+    words = []
+    if "scale" in scores_formula(d_k, scale):
+        s = scale**-2 if root and 1e-6 < scale < 1 else None  # a checkpoint's query_pre_attn_scalar (no overflow)
+        whole = s is not None and math.isclose(s, round(s), rel_tol=1e-9)
+        words.append(f"scale = {round(s)}^-1/2 = {scale:.4g}" if whole else f"scale = {scale:.4g}")
+    if softcap is not None:
+        words.append(f"c = {softcap:g}")
+    return ", ".join(words)
+
+
 def matrices(
-    d: int, tau: int, m: int, n: int | None = None, kv_heads: int | None = None, d_k: int | None = None
+    d: int,
+    tau: int,
+    m: int,
+    n: int | None = None,
+    kv_heads: int | None = None,
+    d_k: int | None = None,
+    scale: float | None = None,
+    softcap: float | None = None,
+    input_meaning: str = INPUT,
 ) -> list[Matrix]:
     """Every matrix of one attention layer; per-head matrices give one head's shape and count = tau.
 
-    d_k: a checkpoint's head width when it is not d / tau (Qwen 3, Gemma); W^o is then (tau d_k) x d."""
+    d_k: a checkpoint's head width when it is not d / tau (Qwen 3, Gemma); W^o is then (tau d_k) x d. scale and
+    softcap: a checkpoint's own (default 1/sqrt(d_k), no cap); input_meaning: what H is."""
     if d_k is None:
         dk = check_sizes(d, tau, kv_heads)
     else:
@@ -44,15 +85,18 @@ def matrices(
     if n < 1:
         raise QkvError(f"n must be at least 1, got {n}")
     G = tau if kv_heads is None else kv_heads
+    S = scores_formula(dk, scale, softcap)
+    S = "Q K^T/sqrt(d_k)" if S == "Q K^T / sqrt(d_k)" else S  # the plain formula, tight in a narrow column
+    scored = "scaled scores" + (", soft-capped" if softcap is not None else "")
     return [
-        Matrix("H", "H", m, d, 1, 0, 0, "input: token embeddings + positions"),
+        Matrix("H", "H", m, d, 1, 0, 0, input_meaning),
         Matrix("W_q", "W_j^q", d, dk, tau, tau * d * dk, 0, "query projection of head j"),
         Matrix("W_k", "W_j^k", d, dk, G, G * d * dk, 0, "key projection of head j"),
         Matrix("W_v", "W_j^v", d, dk, G, G * d * dk, 0, "value projection of head j"),
         Matrix("Q", "Q^[j] = H W_j^q", m, dk, tau, 0, tau * 2 * m * d * dk, "queries of head j"),
         Matrix("K", "K^[j] = H W_j^k", n, dk, G, 0, G * 2 * n * d * dk, "keys of head j"),
         Matrix("V", "V^[j] = H W_j^v", n, dk, G, 0, G * 2 * n * d * dk, "values of head j"),
-        Matrix("scores", "S = Q K^T/sqrt(d_k)", m, n, tau, 0, tau * (2 * m * n * dk + m * n), "scaled scores"),
+        Matrix("scores", f"S = {S}", m, n, tau, 0, tau * (2 * m * n * dk + m * n), scored),
         Matrix("mask", "Mask", m, n, 1, 0, tau * m * n, "0 = may attend, -inf = may not"),
         Matrix("weights", "alpha = Softmax(S+Mask)", m, n, tau, 0, tau * 4 * m * n, "attention weights"),
         Matrix("head_output", "alpha V^[j]", m, dk, tau, 0, tau * 2 * m * n * dk, "output of head j"),

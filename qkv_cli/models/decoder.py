@@ -28,7 +28,7 @@ from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
 
-ATTENTION_INPUT = "the layer input after its first norm (N_1)"
+ATTENTION_INPUT = "the layer input after its first norm (N_1)"  # OLMo 2 says its own (olmo2.py)
 HEAD = "lm_head.weight"  # the output head, outside the model's prefix; absent or tied: E
 
 

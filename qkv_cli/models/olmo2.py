@@ -8,6 +8,7 @@ from qkv_cli.models import decoder, decoder_config
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "olmo2"
 PREFIXES = ("model.", "")
+ATTENTION_INPUT = "the layer input itself (OLMo 2 has no norm before attention: it norms q, k and the output)"
 
 
 def read_config(keys) -> dict:

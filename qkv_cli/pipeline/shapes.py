@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qkv_cli.core.shapes import Matrix, matrices
+from qkv_cli.core.shapes import INPUT, Matrix, matrices
 from qkv_cli.errors import QkvError
 
 
@@ -56,6 +56,15 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
     c, stored = stored_tensors(resolve_model(spec, download=download))
     m = 30 if m is None else m
     kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None
-    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k)
+    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k, scale=c.opt("scale"), softcap=c.opt("softcap"),
+                    input_meaning=input_meaning(c))  # fmt: skip
     counted = sum(math.prod(t.shape) for name, t in stored.items() if t.is_float and not name.endswith(SKIP))
     return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)
+
+
+def input_meaning(c) -> str:
+    """What H is for a checkpoint's attention: a RoPE decoder adds no positions to it (RoPE turns Q and K)."""
+    if c.opt("ropes") is None:  # BERT, GPT-2: learned position embeddings are added to the token embeddings
+        return INPUT
+    embeddings = "token embeddings x sqrt(d)" if c.opt("embed_scale") else "token embeddings"
+    return f"input: {embeddings}; no positions (RoPE turns Q and K)"

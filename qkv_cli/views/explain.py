@@ -36,6 +36,7 @@ def emit(result, head: int, query: int | None, precision: int, fmt: str) -> None
         write_json(as_json(result, tr, zoom), sys.stdout)
         sys.stdout.write("\n")
         return
+    from qkv_cli.core.shapes import scale_words, scores_formula
     from qkv_cli.views.console import console
     from qkv_cli.views.describe import settings_line
 
@@ -44,8 +45,11 @@ def emit(result, head: int, query: int | None, precision: int, fmt: str) -> None
     tau, G = result.Q.shape[0], result.K.shape[0]
     m, n = result.weights.shape[1:]
     where = "Y (the context)" if result.is_cross else "H"
+    dk, scale, cap = result.d_k, float(result.scale), result.softcap
+    words = scale_words(dk, scale, cap, root=result.model is not None)  # the letters the formula leaves: its scale, c
     out.print(
-        f"Att(Q, K, V) = Softmax(Q K^T / sqrt(d_k) + Mask) V for head j={head} of tau={tau}"
+        f"Att(Q, K, V) = Softmax({scores_formula(dk, scale, cap)} + Mask) V{f' ({words})' if words else ''} "
+        f"for head j={head} of tau={tau}"
         + (f" (key/value head {tr.kv_head} of G={G})" if G != tau else "")
         + f"; queries from H, keys and values from {where}; m={m}, n={n}"
     )

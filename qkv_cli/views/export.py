@@ -14,7 +14,19 @@ from qkv_cli.core.result import Kind, Result
 SCHEMA = ("tokens", "H", "Wq", "Wk", "Wv", "Q", "K", "V", "scores", "mask", "weights", "heads", "Wo", "output")
 SHOW_NAMES = {"q": "Q", "k": "K", "v": "V", "scores": "scores", "mask": "mask", "weights": "weights",
               "output": "output", "heads": "heads", "h": "H"}  # fmt: skip
-FAMILY_ARRAYS = ("bq", "bk", "bv", "bo", "Q_pre_rope", "K_pre_rope")  # present only where the family has them
+# a checkpoint's arrays beside the matrix they belong to, present only where the family has them: RoPE's inputs
+# and the biases (Q = H Wq + bq, output = concat(heads) Wo + bo); the NPZ holds them all, JSON those beside --show
+BESIDE = {"Q": ("Q_pre_rope", "bq"), "K": ("K_pre_rope", "bk"), "V": ("bv",), "output": ("bo",)}
+FAMILY_ARRAYS = tuple(name for names in BESIDE.values() for name in names)
+
+
+def checkpoint_extras(run: Result) -> dict:
+    """What a checkpoint run exports under the same names in NPZ and JSON, beside the chosen layers' matrices:
+    the token ids (m,), every layer's weights (L, tau, m, m) and kind (L,), the last hidden state (m, d), and the
+    scalars G and d_k."""
+    first = run.first_layer()
+    return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "layer_types": list(run.layer_types),
+            "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k}  # fmt: skip
 
 
 def layer_arrays(result: Result) -> dict:
@@ -40,10 +52,9 @@ def model_arrays(run: Result) -> dict:
     first = run.first_layer()
     out = layer_arrays(first)
     info = first.model
-    out.update(ids=run.ids, attentions=run.attentions, last_hidden_state=run.last_hidden_state,
-               layer=np.int64(info.layer), n_layers=np.int64(info.n_layers), model=np.array(info.name),
-               kv_heads=np.int64(first.G), head_dim=np.int64(first.d_k),
-               layer_types=np.array(list(run.layer_types), dtype=str))  # fmt: skip
+    out.update(layer=np.int64(info.layer), n_layers=np.int64(info.n_layers), model=np.array(info.name))
+    for name, value in checkpoint_extras(run).items():  # in the NPZ: int64 scalars and ids, the kinds as str
+        out[name] = np.int64(value) if isinstance(value, int) else np.asarray(value)
     for name, key in (("ids", "predict_ids"), ("probs", "predict_probs"), ("lens_ids", "lens_ids"),
                       ("lens_probs", "lens_probs")):  # fmt: skip
         if run.predictions is not None and name in run.predictions:
@@ -178,9 +189,10 @@ def json_doc(result: Result, show, heads) -> dict:
         if key in ("Q", "scores", "weights", "heads"):
             arr = arr[list(heads)]
         doc["matrices"][key] = arr  # written row by row (write_json)
-        if key in ("Q", "K") and getattr(result, f"{key}_pre_rope") is not None:  # RoPE: also before rotation
-            pre = getattr(result, f"{key}_pre_rope")
-            doc["matrices"][f"{key}_pre_rope"] = pre[list(heads)] if key == "Q" else pre
+        for extra in BESIDE.get(key, ()):  # RoPE's input and the bias, where the family has them
+            if getattr(result, extra) is not None:
+                value = getattr(result, extra)
+                doc["matrices"][extra] = value[list(heads)] if key == "Q" else value  # per query head, like Q
     return doc
 
 

@@ -21,8 +21,7 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         doc = export.json_doc(first, show, heads)
         doc.pop("matrices")
         doc["layers"] = {str(l): export.json_doc(r, show, heads)["matrices"] for l, r in run.layers.items()}
-        doc["layer_types"] = list(run.layer_types)
-        doc["attentions"] = run.attentions
+        doc.update(export.checkpoint_extras(run))  # ids, attentions, layer_types ...: the NPZ's names
         if run.predictions is not None:
             doc.update(predictions_doc(run))
         export.write_json(doc, sys.stdout)

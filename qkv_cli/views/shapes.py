@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from qkv_cli.core.gqa import kv_head_of
-from qkv_cli.core.shapes import ITEMSIZE, as_json
+from qkv_cli.core.shapes import ITEMSIZE, as_json, scale_words, scores_formula
 
 
 def number(n: float, unit: str = "") -> str:
@@ -75,7 +75,7 @@ def emit_sizes(sh, fmt: str) -> None:
         table.add_column(
             col,
             justify="right" if col in columns[3:] else "left",
-            no_wrap=True,
+            no_wrap=col != "meaning",  # a long meaning wraps in its column rather than being cut
             min_width=None if squeeze else widths[k],
             max_width=max(8, room) if squeeze else None,
         )
@@ -83,7 +83,8 @@ def emit_sizes(sh, fmt: str) -> None:
         table.add_row(*(Text(c) for c in r))
     console.print(table)
     if kv_heads is not None:
-        for line in gqa_lines(d, tau, kv_heads, ITEMSIZE[dtype], dk):
+        layers = None if sh.model is None else sh.model.n_layers
+        for line in gqa_lines(d, tau, kv_heads, ITEMSIZE[dtype], dk, layers):
             console.print(Text(line))
 
 
@@ -95,8 +96,11 @@ def emit_model(sh, fmt: str) -> None:
             "d_ff": c.d_ff, "vocab_size": c.vocab_size, "max_positions": c.max_positions}  # fmt: skip
     if c.n_kv_heads != c.n_heads:
         dims["kv_heads"] = c.n_kv_heads
+    scale, softcap = c.opt("scale"), c.opt("softcap")  # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
     if fmt == "json":
-        doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims
+        doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims | {"kv_heads": c.n_kv_heads}
+        if scale is not None:  # a RoPE decoder's scale (Gemma: query_pre_attn_scalar^-1/2) and soft-cap c or None
+            doc |= {"scale": scale, "softcap": softcap}
         doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
         doc["total_parameters"] = total
         doc["file_parameters"] = sh.file_params
@@ -126,8 +130,11 @@ def emit_model(sh, fmt: str) -> None:
     console.print(Text(f"counted from the file: {sh.file_params:,} parameters{unused}"))
     per_token = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
     sizes = f"L={c.n_layers} x G={c.n_kv_heads} x d_k={c.d_k} x {ITEMSIZE[dtype]} bytes"
-    console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token; {m * per_token:,} bytes for "
-                       f"m={m} tokens"))  # fmt: skip
+    console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
+                       f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
+    if scale_words(c.d_k, scale, softcap):  # not plain Q K^T / sqrt(d_k): say what the scores are
+        console.print(Text(f"scores: S = {scores_formula(c.d_k, scale, softcap)}, before the mask; "
+                           f"{scale_words(c.d_k, scale, softcap, root=True)}"))  # fmt: skip
     emit_sizes(sh, "table")
 
 
@@ -136,8 +143,9 @@ def kv_cache_bytes(layers: int, G: int, dk: int, itemsize: int) -> int:
     return 2 * layers * G * dk * itemsize
 
 
-def gqa_lines(d: int, tau: int, G: int, itemsize: int, dk: int) -> list[str]:
-    """The query head -> key/value head mapping and what sharing saves."""
+def gqa_lines(d: int, tau: int, G: int, itemsize: int, dk: int, layers: int | None = None) -> list[str]:
+    """The query head -> key/value head mapping and what sharing saves (in the cache: per layer, and for all
+    `layers` of a checkpoint)."""
     r = tau // G
     groups = [f"{g * r}..{g * r + r - 1} -> {g}" if r > 1 else f"{g} -> {g}" for g in range(G)]
     if len(groups) > 8:
@@ -151,7 +159,8 @@ def gqa_lines(d: int, tau: int, G: int, itemsize: int, dk: int) -> list[str]:
         "query heads -> kv head: " + ", ".join(groups),
         f"W_k, W_v: {G} x ({d} x {dk}) each instead of {tau}: {saved:,} fewer parameters "
         f"({full - saved:,} instead of {full:,} for W_q, W_k, W_v, W^o; {100 * saved / full:.1f}% saved)",
-        f"K, V cache per token: {cache:,} bytes instead of {cache_full:,} ({tau // G}x smaller)",
+        f"K, V cache per token and layer: {cache:,} bytes instead of {cache_full:,} ({tau // G}x smaller)"
+        + ("" if layers is None else f"; x L={layers} layers: {layers * cache:,} instead of {layers * cache_full:,}"),
     ]
 
 
