@@ -30,17 +30,31 @@ class Matrix:
 INPUT = "input: token embeddings + positions"
 
 
-def scores_formula(d_k: int, scale: float | None = None, softcap: float | None = None) -> str:
-    """The scores before the mask as a run computes them: Q K^T / sqrt(d_k), or Q K^T with its own scale, and
-    tanh(S / c) * c around it where logits are soft-capped (Gemma 2)."""
+SCORES = {"plain": "Q K^T / sqrt(d_k)", "one": "Q K^T", "times": "Q K^T * sqrt(d_k)", "other": "Q K^T * scale"}
+
+
+def scale_kind(d_k: int, scale: float | None = None) -> str:
+    """Which SCORES formula a scale is: 1/sqrt(d_k) (None: the default), 1, sqrt(d_k), or another number."""
     if scale is None or math.isclose(scale, d_k**-0.5, rel_tol=1e-9):
-        S = "Q K^T / sqrt(d_k)"
-    elif scale == 1:
-        S = "Q K^T"
-    elif math.isclose(scale, d_k**0.5, rel_tol=1e-9):
-        S = "Q K^T * sqrt(d_k)"
-    else:
-        S = "Q K^T * scale"
+        return "plain"
+    if scale == 1:
+        return "one"
+    return "times" if math.isclose(scale, d_k**0.5, rel_tol=1e-9) else "other"
+
+
+def scale_root(scale: float) -> int | None:
+    """s when scale = s^-1/2 for a whole number s (a checkpoint's query_pre_attn_scalar), else None."""
+    if not 1e-6 < scale < 1:  # also keeps scale**-2 from overflowing
+        return None
+    s = scale**-2
+    return round(s) if math.isclose(s, round(s), rel_tol=1e-9) else None
+
+
+def scores_formula(d_k: int, scale: float | None = None, softcap: float | None = None, tight: bool = False) -> str:
+    """The scores before the mask as a run computes them: Q K^T / sqrt(d_k), or Q K^T with its own scale, and
+    tanh(S / c) * c around it where logits are soft-capped (Gemma 2). tight: no spaces around / sqrt(d_k)."""
+    kind = scale_kind(d_k, scale)
+    S = "Q K^T/sqrt(d_k)" if tight and kind == "plain" else SCORES[kind]
     return S if softcap is None else f"tanh({S} / c) * c"
 
 
@@ -49,10 +63,9 @@ def scale_words(d_k: int, scale: float | None = None, softcap: float | None = No
 
     root: also write the scale as s^-1/2 when s is a whole number (a checkpoint's query_pre_attn_scalar)."""
     words = []
-    if "scale" in scores_formula(d_k, scale):
-        s = scale**-2 if root and 1e-6 < scale < 1 else None  # a checkpoint's query_pre_attn_scalar (no overflow)
-        whole = s is not None and math.isclose(s, round(s), rel_tol=1e-9)
-        words.append(f"scale = {round(s)}^-1/2 = {scale:.4g}" if whole else f"scale = {scale:.4g}")
+    if scale_kind(d_k, scale) == "other":
+        s = scale_root(scale) if root else None
+        words.append(f"scale = {s}^-1/2 = {scale:.4g}" if s else f"scale = {scale:.4g}")
     if softcap is not None:
         words.append(f"c = {softcap:g}")
     return ", ".join(words)
@@ -85,8 +98,7 @@ def matrices(
     if n < 1:
         raise QkvError(f"n must be at least 1, got {n}")
     G = tau if kv_heads is None else kv_heads
-    S = scores_formula(dk, scale, softcap)
-    S = "Q K^T/sqrt(d_k)" if S == "Q K^T / sqrt(d_k)" else S  # the plain formula, tight in a narrow column
+    S = scores_formula(dk, scale, softcap, tight=True)  # tight in a narrow column
     scored = "scaled scores" + (", soft-capped" if softcap is not None else "")
     return [
         Matrix("H", "H", m, d, 1, 0, 0, input_meaning),

@@ -18,7 +18,20 @@ MAX_LAYERS = 4096  # declared sizes beyond these are refused before anything is 
 MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_CONFIG_BYTES = 16 * 2**20
+# what a GGUF file says that config.json has no key for (llama.cpp's rope_freqs, a bias on W^o alone): gguf_map
+# writes it, the config.json reader drops it, so a Hugging Face folder is read as transformers reads it
+GGUF_ONLY = "qkv_gguf_only"
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu")  # models.layers has each
+
+
+def check_limits(where: str, sizes) -> None:
+    """Each (name, value, limit) of `sizes`: at least 1 and at most limit (declared sizes beyond any real model are
+    refused before anything is made for them), else a one-line QkvError."""
+    for name, value, limit in sizes:
+        if value < 1:
+            raise QkvError(f"{where}: {name} must be at least 1, got {value}")
+        if value > limit:
+            raise QkvError(f"{where}: {name} = {value} is beyond any real model (at most {limit})")
 
 
 @dataclass(frozen=True)
@@ -48,12 +61,9 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise QkvError(f"{self._where()}: {name} must be a positive integer, got {value!r}")
-        for name, limit in (("n_layers", MAX_LAYERS), ("n_heads", MAX_WIDTH), ("d", MAX_WIDTH),
-                            ("d_ff", 8 * MAX_WIDTH), ("vocab_size", MAX_VOCAB)):  # fmt: skip
-            if getattr(self, name) > limit:
-                raise QkvError(
-                    f"{self._where()}: {name} = {getattr(self, name)} is beyond any real model (at most {limit})"
-                )
+        check_limits(self._where(), ((name, getattr(self, name), limit) for name, limit in (
+            ("n_layers", MAX_LAYERS), ("n_heads", MAX_WIDTH), ("d", MAX_WIDTH), ("d_ff", 8 * MAX_WIDTH),
+            ("vocab_size", MAX_VOCAB))))  # fmt: skip
         if not self.n_kv_heads:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
         if not self.head_dim:
@@ -160,6 +170,8 @@ def read_config(folder: str | Path, name: str = "") -> ModelConfig:
     path = Path(folder) / "config.json"
     raw = read_json(path, MAX_CONFIG_BYTES, missing=f"no config.json in '{folder}': a model folder needs "
                     "config.json, model.safetensors and tokenizer.json")  # fmt: skip
+    if isinstance(raw, dict):
+        raw.pop(GGUF_ONLY, None)
     return config_from_dict(raw, name or Path(folder).name)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import MAX_LAYERS, MAX_WIDTH
+from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
 from qkv_cli.models.rope import Rope
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -44,12 +44,9 @@ def read(
     sliding when config.json has no `layer_types`. grouped: False for a family without grouped-query attention
     (GPT-NeoX: G = tau whatever `num_key_value_heads` says, as transformers reads it)."""
     n_layers, tau, d = keys.int("num_hidden_layers"), keys.int("num_attention_heads"), keys.int("hidden_size")
-    for name, value, limit in (("num_hidden_layers", n_layers, MAX_LAYERS), ("num_attention_heads", tau, MAX_WIDTH),
-                               ("hidden_size", d, MAX_WIDTH)):  # fmt: skip
-        if value < 1:
-            raise QkvError(f"{keys.where}: '{name}' must be at least 1, got {value}")
-        if value > limit:  # before anything is made per layer or per head
-            raise QkvError(f"{keys.where}: '{name}' = {value} is beyond any real model (at most {limit})")
+    # before anything is made per layer or per head
+    check_limits(keys.where, (("num_hidden_layers", n_layers, MAX_LAYERS), ("num_attention_heads", tau, MAX_WIDTH),
+                              ("hidden_size", d, MAX_WIDTH)))  # fmt: skip
     head_dim = keys.int("head_dim", d // tau if d % tau == 0 else 0)
     if head_dim < 1:
         raise QkvError(f"{keys.where}: head_dim must be given when hidden_size ({d}) is not a multiple of the heads")
@@ -63,6 +60,8 @@ def read(
     if scale <= 0:
         raise QkvError(f"{keys.where}: '{scale_key}' must be positive, got {scale}")
     qkv_bias, o_bias = (keys.bool(*bias),) * 2 if isinstance(bias[0], str) else bias
+    gguf = keys.get(GGUF_ONLY, {})  # a GGUF file's own (config.GGUF_ONLY): W^o's bias apart, rope_freqs
+    o_bias = gguf.get("o_bias", o_bias)
     options = {
         "layout": layout,
         "names": names,
@@ -87,7 +86,7 @@ def read(
         if value is not None and value <= 0:
             raise QkvError(f"{keys.where}: '{key}' must be positive, got {value}")
     context = keys.int("max_position_embeddings")
-    options["ropes"] = ropes(keys, head_dim, partial, theta, local_theta, context)
+    options["ropes"] = ropes(keys, head_dim, partial, theta, local_theta, context, gguf.get("freq_factors"))
     if options["ropes"][""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
         context = int(context * options["ropes"][""].factor)
     return {
@@ -138,9 +137,10 @@ def layer_types(keys, n_layers: int, sliding) -> tuple[str, ...]:
     return tuple(FULL for _ in range(n_layers))
 
 
-def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) -> dict[str, Rope]:
+def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int, factors=None) -> dict[str, Rope]:
     """{layer type or "": Rope}. v5 files: `rope_parameters` (flat, or one dict per layer type); older: `rope_theta`
-    and `rope_scaling` (a Gemma 3 file's scaling applies to its full-attention layers)."""
+    and `rope_scaling` (a Gemma 3 file's scaling applies to its full-attention layers). factors: a GGUF file's
+    rope_freqs (Llama 3.1's scaling as llama.cpp stores it), for the one RoPE of a llama file."""
     params = keys.get("rope_parameters", None)
     if isinstance(params, dict) and params and all(k in (SLIDING, FULL) for k in params):
         if not all(isinstance(p, dict) for p in params.values()):
@@ -158,7 +158,7 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) 
         merged["rope_theta"] = keys.number(theta[0], theta[1])
     if partial[0] and "partial_rotary_factor" not in merged:
         merged["partial_rotary_factor"] = keys.number(partial[0], partial[1])
-    full = one(keys, merged | (scaling or {}), head_dim, partial, theta[1], max_positions)
+    full = one(keys, merged | (scaling or {}), head_dim, partial, theta[1], max_positions, factors)
     if local_theta is None:
         return {"": full}
     local = one(
@@ -167,14 +167,15 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int) 
     return {"": full, FULL: full, SLIDING: local}
 
 
-def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int) -> Rope:
-    """One Rope from its parameters: config.json's keys, and "freq_factors" (a GGUF file's rope_freqs: gguf_map)."""
+def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int, factors=None) -> Rope:
+    """One Rope from config.json's RoPE parameters, and a GGUF file's rope_freqs (`factors`, from gguf_map)."""
     kind = p.get("rope_type", p.get("type", "default"))
     fraction = p.get("partial_rotary_factor", partial[1])
     try:
         fraction = float(fraction)
         if not 0 < fraction <= 1:
-            raise QkvError(f"the rotated part of a head (partial_rotary_factor) must be in (0, 1], got {fraction}")
+            raise QkvError(f"the rotated part of a head (partial_rotary_factor, or rotary_pct) must be in (0, 1], "
+                           f"got {fraction}")  # fmt: skip
         rot = int(head_dim * fraction)
         rot -= rot % 2
         return Rope(
@@ -192,7 +193,7 @@ def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positio
             mscale=None if p.get("mscale") is None else float(p["mscale"]),
             mscale_all_dim=None if p.get("mscale_all_dim") is None else float(p["mscale_all_dim"]),
             truncate=bool(p.get("truncate", True)),
-            freq_factors=None if p.get("freq_factors") is None else tuple(float(f) for f in p["freq_factors"]),
+            freq_factors=None if factors is None else tuple(float(f) for f in factors),
         )
     except (TypeError, ValueError, OverflowError) as exc:
         raise QkvError(f"{keys.where}: the RoPE parameters {p!r} are not valid ({exc})") from None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import MAX_WIDTH
+from qkv_cli.models.config import GGUF_ONLY, MAX_WIDTH
 from qkv_cli.models.weights import Tensor
 
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
@@ -77,8 +77,9 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
             raw["rope_scaling"]["original_max_position_embeddings"] = meta[
                 f"{arch}.rope.scaling.original_context_length"
             ]
+    only = raw[GGUF_ONLY] = {}  # what config.json has no key for
     if "rope_freqs.weight" in tensors:  # Llama 3.1's scaling, as llama.cpp writes it
-        raw["rope_scaling"] = {**raw.get("rope_scaling", {}), "freq_factors": rope_factors(raw, tensors, arch, where)}
+        only["freq_factors"] = rope_factors(raw, tensors, arch, where)
     if "tokenizer.ggml.eos_token_id" in meta:
         raw["eos_token_id"] = meta["tokenizer.ggml.eos_token_id"]
     tokens = meta.get("tokenizer.ggml.tokens")
@@ -91,9 +92,10 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         raw["use_sliding_window"] = False  # llama.cpp keeps Qwen's window off, as transformers' default does
     if kind == "gpt_neox":
         _neox_config(raw, meta, tensors, where)
-    else:  # llama.cpp reads each bias if the file has it; config.json would say so by name
+    else:  # llama.cpp reads each bias if the file has it (W^o's apart: a Qwen written as llama has q, k, v only)
         raw["attention_bias"] = "blk.0.attn_q.bias" in tensors
         raw["mlp_bias"] = "blk.0.ffn_up.bias" in tensors
+        only["o_bias"] = "blk.0.attn_output.bias" in tensors
     if kind == "olmo2" and "sliding_window" in raw:  # OLMo 3 is written as olmo2 too, its sliding layers run full
         raise QkvError(f"{where}: sliding-window attention (OLMo 3) is not supported yet")
     if kind in GEMMA_27B_LAYERS:

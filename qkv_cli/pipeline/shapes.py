@@ -63,8 +63,10 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
 
 
 def input_meaning(c) -> str:
-    """What H is for a checkpoint's attention: a RoPE decoder adds no positions to it (RoPE turns Q and K)."""
+    """What H is for a checkpoint's attention: the family's own words, and for a RoPE decoder that no positions are
+    added to it (RoPE turns Q and K)."""
     if c.opt("ropes") is None:  # BERT, GPT-2: learned position embeddings are added to the token embeddings
         return INPUT
-    embeddings = "token embeddings x sqrt(d)" if c.opt("embed_scale") else "token embeddings"
-    return f"input: {embeddings}; no positions (RoPE turns Q and K)"
+    from qkv_cli.models import family_for
+
+    return f"{family_for(c.family).ATTENTION_INPUT}; no positions added (RoPE turns Q and K)"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.core.shapes import scale_words
+from qkv_cli.core.shapes import scale_kind, scale_root
 
 
 @dataclass
@@ -47,9 +47,10 @@ def steps_for(result, j: int, g: int, shared: str, p: dict, head, concat, output
         learned, source = " (learned in a real model; seeded here)", s.projection
     else:
         positions = f"layer {model.layer}'s attention input: {model.attention_input}"
-        words = scale_words(dk, float(result.scale), root=True)  # 'scale = 6^-1/2 = 0.4082', or '' for 1/sqrt(d_k)
-        root = f"{words.split(' = ')[1]}, " if words.count(" = ") == 2 else ""
-        scale_text = f"{root}the checkpoint's own (not 1/sqrt(d_k))" if words else "1/sqrt(d_k)"
+        scale = float(result.scale)
+        root = scale_root(scale) if scale_kind(dk, scale) == "other" else None  # Gemma: query_pre_attn_scalar
+        own = f"{f'{root}^-1/2, ' if root else ''}the checkpoint's own (not 1/sqrt(d_k))"
+        scale_text = "1/sqrt(d_k)" if scale_kind(dk, scale) == "plain" else own
         learned, source = "", f"learned: {model.name} layer {model.layer}"
     notes = {x: "" for x in "QKV"}
     if s is not None and s.ablate:

@@ -57,7 +57,7 @@ def test_mask_model_shows_each_kind_of_layer_causal_plus_the_window(tiny):
 
 def test_mask_layer_help_says_what_mask_does_without_it():
     help_text = " ".join(invoke("mask", "--help", columns=200).split())
-    assert "each kind of mask" in help_text and "all for JSON" not in help_text
+    assert "each kind of mask" in help_text and "every layer for JSON" not in help_text  # not the shared --layer's
 
 
 def test_heatmap_model_view_labels_sliding_and_full_layers(tiny, tmp_path):
@@ -92,12 +92,14 @@ def test_shapes_model_writes_the_families_own_scores_and_input(tiny):
     scalar, cap = DECODERS["gemma2"]["query_pre_attn_scalar"], DECODERS["gemma2"]["attn_logit_softcapping"]
     assert "S = tanh(Q K^T * scale / c) * c" in gemma and "sqrt(d_k)" not in gemma
     assert f"scale = {scalar}^-1/2 = {scalar**-0.5:.4g}, c = {cap:g}" in gemma
-    assert "token embeddings x sqrt(d); no positions (RoPE turns Q and K)" in gemma
+    assert "the layer input after its first norm (N_1); no positions added (RoPE turns Q and K)" in gemma
     doc = json.loads(invoke("shapes", "--model", tiny["gemma2"], "--format", "json"))
     assert doc["scale"] == pytest.approx(scalar**-0.5) and doc["softcap"] == cap
     llama = " ".join(invoke("shapes", "--model", tiny["llama"], columns=300).split())
     assert "S = Q K^T/sqrt(d_k)" in llama and "scores: " not in llama and "+ positions" not in llama
-    assert "input: token embeddings; no positions (RoPE turns Q and K)" in llama
+    assert "after its first norm (N_1); no positions added" in llama
+    olmo = " ".join(invoke("shapes", "--model", tiny["olmo2"], columns=300).split())
+    assert "the layer input itself (OLMo 2 has no norm before attention" in olmo and "first norm" not in olmo
 
 
 def test_explain_writes_the_scale_and_soft_cap_the_layer_computes(tiny):

@@ -10,6 +10,7 @@ import pytest
 from qkv_cli.core import rope
 from qkv_cli.errors import QkvError
 from qkv_cli.models import config_from_dict
+from qkv_cli.models.config import GGUF_ONLY, read_config
 from qkv_cli.models.gguf_map import config_dict
 from qkv_cli.models.rope import Rope, inv_freq
 from qkv_cli.models.weights import Tensor
@@ -123,13 +124,16 @@ BAD = [
         {"model_type": "gemma3_text", "rope_parameters": {"sliding_attention": 5, "full_attention": {}}},
         ["rope_parameters", "each layer type"],
     ),  # fmt: skip
-    # per-pair factors (a GGUF file's rope_freqs, read as "freq_factors"): one per pair, finite, positive, unscaled
-    ({"rope_scaling": {"freq_factors": [1, 1, 1]}}, ["3 RoPE frequency factors", "4 rotated pairs"]),
-    ({"rope_scaling": {"freq_factors": [1, 0, 1, 1]}}, ["finite and positive", "got 0.0"]),
-    ({"rope_scaling": {"freq_factors": [1, float("nan"), 1, 1]}}, ["finite and positive", "got nan"]),
-    ({"rope_scaling": {"freq_factors": [1, 1, float("inf"), 1]}}, ["finite and positive", "got inf"]),
-    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "freq_factors": [1] * 4}}, ["llama3", "scale twice"]),
-    ({"rope_scaling": {"freq_factors": "fast"}}, ["RoPE parameters", "not valid"]),
+    # per-pair factors (a GGUF file's rope_freqs, under GGUF_ONLY): one per pair, finite, positive, unscaled
+    ({GGUF_ONLY: {"freq_factors": [1, 1, 1]}}, ["3 RoPE frequency factors", "4 rotated pairs"]),
+    ({GGUF_ONLY: {"freq_factors": [1, 0, 1, 1]}}, ["finite and positive", "got 0.0"]),
+    ({GGUF_ONLY: {"freq_factors": [1, float("nan"), 1, 1]}}, ["finite and positive", "got nan"]),
+    ({GGUF_ONLY: {"freq_factors": [1, 1, float("inf"), 1]}}, ["finite and positive", "got inf"]),
+    (
+        {GGUF_ONLY: {"freq_factors": [1] * 4}, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}},
+        ["llama3", "scale twice"],
+    ),  # fmt: skip
+    ({GGUF_ONLY: {"freq_factors": "fast"}}, ["RoPE parameters", "not valid"]),
 ]
 
 
@@ -237,3 +241,25 @@ def test_a_gguf_vocabulary_larger_than_the_embeddings_is_refused_from_the_metada
         config_dict(meta, {}, "GGUF file 'x.gguf'")
     meta["llama.vocab_size"] = 26
     assert config_dict(meta, {}, "GGUF file 'x.gguf'")["vocab_size"] == 26
+
+
+def test_a_config_json_is_read_as_transformers_reads_it_whatever_gguf_only_keys_it_holds(tmp_path):
+    """freq_factors and a W^o bias of its own come only from a GGUF file: a config.json that names them (in
+    rope_scaling, which transformers ignores for these, or under the reserved key) turns and biases as transformers'."""
+    import json
+
+    raw = {**LLAMA, "rope_scaling": {"rope_type": "default", "freq_factors": [1, 2, 4, 8]},
+           GGUF_ONLY: {"freq_factors": [1, 2, 4, 8], "o_bias": True}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    c = read_config(tmp_path, "x")
+    assert c.opt("ropes")[""].freq_factors is None and not c.opt("o_bias")
+    assert c.opt("ropes") == cfg().opt("ropes")
+
+
+@pytest.mark.parametrize("names, q, o", [(("attn_q", "attn_output"), True, True), (("attn_q",), True, False),
+                                         (("attn_output",), False, True), ((), False, False)])  # fmt: skip
+def test_a_gguf_files_biases_are_read_each_by_its_presence(names, q, o):
+    """A Qwen written as a llama file has biases on q, k and v but not on W^o; llama.cpp reads each if present."""
+    tensors = {f"blk.0.{n}.bias": Tensor((4,), "F32", lambda: None, "x") for n in names}
+    c = config_from_dict(config_dict(GGUF_LLAMA, tensors, "GGUF file 'x.gguf'"), "x")
+    assert (c.opt("qkv_bias"), c.opt("o_bias")) == (q, o)
