@@ -1,7 +1,8 @@
 """The parts and their arrows (README, "Architecture"), checked on the source: every import, lazy ones included.
 
-    cli -> views -> pipeline -> models -> text -> core          (and errors.py, files.py: shared by all)
-                \\-------------------------------------> core
+    cli -> api -> views -> pipeline -> models -> text -> core          (and errors.py, files.py: shared by all)
+                       \\-------------------------------------> core
+    (api, the Python API, is what the CLI is a client of; cli may also reach the parts below it directly)
 
 Also: no import cycle between modules, no module over 300 lines, no typer, click, rich or matplotlib below views,
 and core imports nothing but NumPy and the standard library. Run it alone: python -m pytest tests/test_architecture.py
@@ -23,7 +24,8 @@ ALLOWED = {  # part -> the parts it may import (itself included)
     "models": {"models", "text", "core"},
     "pipeline": {"pipeline", "models", "text", "core"},
     "views": {"views", "pipeline", "core"},
-    "cli": {"cli", "views", "pipeline", "models", "text", "core"},
+    "api": {"api", "views", "pipeline", "models", "text", "core"},
+    "cli": {"cli", "api", "views", "pipeline", "models", "text", "core"},
 }
 UI = {"typer", "click", "rich", "matplotlib"}
 THIRD_PARTY = {  # part -> third-party packages it may import
@@ -32,6 +34,7 @@ THIRD_PARTY = {  # part -> third-party packages it may import
     "models": {"numpy", "huggingface_hub"},
     "pipeline": {"numpy", "jinja2"},
     "views": {"numpy", "rich", "matplotlib"},
+    "api": {"numpy"},
     "cli": {"typer", "click"},
 }
 MAX_LINES = 300

@@ -13,17 +13,6 @@ import typer
 
 from qkv_cli.errors import QkvError
 
-# options that describe the random-weights model or its inputs: a checkpoint fixes them (one policy, every command)
-FIXED_BY_CHECKPOINT = {
-    "d": "--d", "tau": "--heads", "positions": "--positions", "projection": "--projection", "tokenizer": "--tokenizer",
-    "kv_heads": "--kv-heads", "context": "--context", "context_file": "--context-file", "mask_file": "--mask-file",
-    "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale", "pad_to": "--pad-to",
-    "n": "--n", "batch": "--batch",
-}  # fmt: skip
-NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "generate": "lets a decoder write with",
-                    "predict": "reads the output head of", "logit_lens": "reads the output head of",
-                    "chat": "uses the chat template of"}  # fmt: skip
-
 
 class Opts:
     """The shared options of one command invocation."""
@@ -38,17 +27,9 @@ class Opts:
 
 def check_checkpoint_policy(opts: Opts) -> None:
     """With --model, options the checkpoint fixes are errors; without it, --layer and --download are."""
-    if opts.get("model") is None:
-        for name, what in NEEDS_CHECKPOINT.items():
-            if name in opts.explicit:
-                flag = "--" + name.replace("_", "-")
-                raise QkvError(f"{flag} needs --model: it {what} a real checkpoint (see qkv models)")
-        return
-    clash = [flag for name, flag in FIXED_BY_CHECKPOINT.items() if name in opts.explicit]
-    if clash:
-        raise QkvError(
-            f"{clash[0]} cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask"
-        )
+    from qkv_cli.api.options import check_checkpoint_policy as check
+
+    check(opts.__dict__, opts.explicit)
 
 
 def takes(*sets, **defaults):
@@ -85,32 +66,10 @@ def takes(*sets, **defaults):
 
 
 def request(opts: Opts, text, default=None, **extra):
-    """The pipeline Request these options describe (Settings checked at construction)."""
-    from qkv_cli.core.budget import parse_size
-    from qkv_cli.core.settings import Settings
-    from qkv_cli.pipeline.request import Request
+    """The pipeline Request these options describe (qkv_cli.api.options.request: the one the Python API uses)."""
+    from qkv_cli.api.options import request as build
 
-    def value(name, fallback=None):
-        v = opts.get(name, fallback)
-        return getattr(v, "value", v)
-
-    settings = Settings(
-        d=value("d", 512), tau=value("tau", 8), seed=value("seed", 0), kernel=value("kernel", "vectorized"),
-        causal=value("causal", False), window=value("window"), scale=value("scale", "auto"),
-        positions=value("positions", "sinusoidal"), projection=value("projection", "random"),
-        dtype=value("dtype", "float64"), tokenizer=value("tokenizer", "word"), kv_heads=value("kv_heads"),
-        ablate=value("ablate"), ablate_with=value("ablate_with", "zeros"),
-    )  # fmt: skip
-    max_memory = opts.get("max_memory")
-    fields = dict(
-        text=text, file=opts.get("file"), default=default, settings=settings, context=opts.get("context"),
-        context_file=opts.get("context_file"), mask_file=opts.get("mask_file"), model=opts.get("model"),
-        layers=tuple(opts.get("layer") or ()), download=bool(opts.get("download")),
-        max_memory=None if max_memory is None else parse_size(max_memory), generate=opts.get("generate") or 0,
-        temperature=opts.get("temperature", 0.0), top_k=opts.get("top_k", 0), sample_seed=value("seed", 0),
-        chat=bool(opts.get("chat")), predict=bool(opts.get("predict")), logit_lens=bool(opts.get("logit_lens")),
-    )  # fmt: skip
-    return Request(**(fields | extra))
+    return build(opts.__dict__, text, default, **extra)
 
 
 def parse_show(show: str, choices) -> list[str]:

@@ -20,23 +20,37 @@ def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
     detect: the detectors' options (measure, exclude_first, exclude_current), "show" (their columns in the table
     of a random-weights run) and "probe" (the --induction-probe length, for the header)."""
     detect = dict(detect or {})
-    options = {k: detect.get(k, v) for k, v in (("measure", "mul"), ("exclude_first", False),
-                                                 ("exclude_current", False))}  # fmt: skip
+    options = detector_settings(detect)
+    stats, header = role_stats(results, options, detect.get("layers") or ())
+    if results[0].kind == Kind.MODEL:
+        note = ""
+        if detect.get("probe"):
+            note = f"induction probe: {detect['probe']} random tokens (seed {detect.get('seed', 0)}), repeated twice"
+        return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note)
+    emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options)
+
+
+def detector_settings(detect: dict) -> dict:
+    """The detectors' options (measure, exclude_first, exclude_current) with their defaults."""
+    return {k: detect.get(k, v) for k, v in (("measure", "mul"), ("exclude_first", False),
+                                             ("exclude_current", False))}  # fmt: skip
+
+
+def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
+    """(roles.layer_head_stats grid (L x tau), the header line) of one Result per sentence: a checkpoint's MODEL
+    results (only `layers`, when given) or random-weights layers."""
     if results[0].kind == Kind.MODEL:
         run = results[0]
         info = run.model
         header = (f"{clean(info.name)} ({info.family}) L={info.n_layers} tau={run.attentions.shape[1]} "
                   f"d={run.last_hidden_state.shape[1]} kernel={run.kernel}")  # fmt: skip
-        note = ""
-        if detect.get("probe"):
-            note = f"induction probe: {detect['probe']} random tokens (seed {detect.get('seed', 0)}), repeated twice"
         stats = layer_head_stats([r.attentions for r in results], tokens_list=[r.ids for r in results],
                                  labels_list=[r.labels for r in results], **options)  # fmt: skip
-        chosen = chosen_layers(detect.get("layers") or (), len(stats))
+        chosen = chosen_layers(layers, len(stats))
         if chosen:  # --layer: only those layers' rows (numbered as in the model)
             stats = [stats[layer] for layer in chosen]
             header += " layers " + ",".join(map(str, chosen))
-        return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note)
+        return stats, header
     if any(r.is_cross for r in results):
         raise QkvError(
             "qkv heads needs self-attention (self, previous and first token are positions of one text): drop --context"
@@ -46,8 +60,7 @@ def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
     tokens = [r.tokens.strings if r.tokens.ids is None else r.tokens.ids for r in results]
     stats = layer_head_stats([r.weights[None] for r in results], [~r.masked for r in results], tokens_list=tokens,
                              labels_list=[r.labels for r in results], **options)  # fmt: skip
-    header = settings_line(results[0]).split(" ", 1)[1]  # without m: lines differ in length
-    emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options)
+    return stats, settings_line(results[0]).split(" ", 1)[1]  # without m: lines differ in length
 
 
 def chosen_layers(layers, count: int) -> list[int]:

@@ -35,3 +35,12 @@ def save_heatmap(result: Result, heads, path, layer: int | None = None, scale: s
     """layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None;
     scale: the colour scale (views.figures.SCALES)."""
     return HEATMAPS[result.kind](result, heads, path, layer, scale)
+
+
+def heatmap_figure(result: Result, heads, layer: int | None = None, scale: str = "linear"):
+    """The matplotlib Figure save_heatmap would write, unwritten (the Python API's qkv.heatmap)."""
+    from qkv_cli.views.figures import kept
+
+    with kept() as got:
+        HEATMAPS[result.kind](result, heads, "figure.png", layer, scale)
+    return got[-1]

@@ -1,0 +1,79 @@
+"""The options of a run, by the CLI's names, as one checked pipeline Request: the one policy both doors use.
+
+The CLI (`qkv_cli.cli.params.request`) and the Python API (`qkv_cli.api`) both build their Request here, so a
+value refused by one is refused by the other with the same one-line message (a `QkvError`).
+"""
+
+from __future__ import annotations
+
+from qkv_cli.errors import QkvError
+
+# options that describe the random-weights model or its inputs: a checkpoint fixes them (one policy, every command)
+FIXED_BY_CHECKPOINT = {
+    "d": "--d", "tau": "--heads", "positions": "--positions", "projection": "--projection", "tokenizer": "--tokenizer",
+    "kv_heads": "--kv-heads", "context": "--context", "context_file": "--context-file", "mask_file": "--mask-file",
+    "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale", "pad_to": "--pad-to",
+    "n": "--n", "batch": "--batch",
+}  # fmt: skip
+NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "generate": "lets a decoder write with",
+                    "predict": "reads the output head of", "logit_lens": "reads the output head of",
+                    "chat": "uses the chat template of"}  # fmt: skip
+
+
+def check_checkpoint_policy(values: dict, explicit) -> None:
+    """With a model, options the checkpoint fixes are errors; without one, --layer, --download ... are.
+
+    values: option name -> value; explicit: the names the user gave (not defaulted)."""
+    if values.get("model") is None:
+        for name, what in NEEDS_CHECKPOINT.items():
+            if name in explicit:
+                flag = "--" + name.replace("_", "-")
+                raise QkvError(f"{flag} needs --model: it {what} a real checkpoint (see qkv models)")
+        return
+    clash = [flag for name, flag in FIXED_BY_CHECKPOINT.items() if name in explicit]
+    if clash:
+        raise QkvError(
+            f"{clash[0]} cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask"
+        )
+
+
+def size_of(value) -> int | None:
+    """--max-memory as bytes: None, a whole number of bytes, or a size such as '12GB' / '800MiB'."""
+    from qkv_cli.core.budget import parse_size
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise QkvError(f"max_memory must be a size such as '12GB' or a number of bytes, got {type(value).__name__}")
+    return parse_size(str(value))
+
+
+def request(values: dict, text=None, default=None, **extra):
+    """The pipeline Request these option values describe (Settings checked at construction).
+
+    values: option name -> value, with the CLI's parameter names (tau for --heads, layer for --layer ...);
+    enum values may be given as their str Enum members."""
+    from qkv_cli.core.settings import Settings
+    from qkv_cli.pipeline.request import Request
+
+    def value(name, fallback=None):
+        v = values.get(name, fallback)
+        v = fallback if v is None else v
+        return getattr(v, "value", v)
+
+    settings = Settings(
+        d=value("d", 512), tau=value("tau", 8), seed=value("seed", 0), kernel=value("kernel", "vectorized"),
+        causal=value("causal", False), window=value("window"), scale=value("scale", "auto"),
+        positions=value("positions", "sinusoidal"), projection=value("projection", "random"),
+        dtype=value("dtype", "float64"), tokenizer=value("tokenizer", "word"), kv_heads=value("kv_heads"),
+        ablate=value("ablate"), ablate_with=value("ablate_with", "zeros"),
+    )  # fmt: skip
+    fields = dict(
+        text=text, file=values.get("file"), default=default, settings=settings, context=values.get("context"),
+        context_file=values.get("context_file"), mask_file=values.get("mask_file"), model=values.get("model"),
+        layers=tuple(values.get("layer") or ()), download=bool(values.get("download")),
+        max_memory=size_of(values.get("max_memory")), generate=values.get("generate") or 0,
+        temperature=values.get("temperature") or 0.0, top_k=values.get("top_k") or 0, sample_seed=value("seed", 0),
+        chat=bool(values.get("chat")), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
+    )  # fmt: skip
+    return Request(**(fields | extra))
