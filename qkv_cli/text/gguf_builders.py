@@ -117,23 +117,35 @@ def merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str
     """The merges a vocabulary implies when the file lists none (transformers' `generate_merges`, best score first).
 
     Every way of cutting a token into two tokens of the vocabulary is a merge, ranked by the token's score, then by
-    the lengths of its parts; ties keep the vocabulary's order.
+    the lengths of its parts; ties keep the vocabulary's order. (transformers also orders each token's merges by
+    the ids of their parts before the ranking; the lengths already order them, so that sort changes nothing.)
     """
+    from operator import itemgetter
+
     vocab = {t: i for i, t in enumerate(tokens)}
-    merges = []
+    merges = []  # (score, len(left), len(right), left, right)
     for piece, score in dict(zip(tokens, scores, strict=True)).items():
-        local = [
-            (piece[:k], piece[k:], score) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab
-        ]
-        local.sort(key=lambda m: (vocab[m[0]], vocab[m[1]]))
-        merges.extend(local)
-    merges.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
-    return [(left, right) for left, right, _ in merges]
+        n = len(piece)
+        for k in range(1, n):
+            left = piece[:k]
+            if left in vocab:
+                right = piece[k:]
+                if right in vocab:
+                    merges.append((score, k, n - k, left, right))
+    merges.sort(key=itemgetter(0, 1, 2), reverse=True)  # stable: equal keys keep the vocabulary's order
+    return [(m[3], m[4]) for m in merges]
 
 
 def check_merges(merges: list[tuple[str, str]], vocab: dict[str, int]) -> None:
     """A merge must join two tokens of the vocabulary into a third (else the BPE model refuses it)."""
-    for n, (left, right) in enumerate(merges):
+    from operator import add
+
+    lefts = [m[0] for m in merges]
+    rights = [m[1] for m in merges]
+    known = vocab.__contains__
+    if all(map(known, lefts)) and all(map(known, rights)) and all(map(known, map(add, lefts, rights))):
+        return
+    for n, (left, right) in enumerate(merges):  # name the first bad one
         for part in (left, right, left + right):
             if part not in vocab:
                 raise QkvError(f"GGUF merge {n} ('{left} {right}') names '{part[:40]}', which is not in the vocabulary")
