@@ -8,10 +8,14 @@ V vocabulary size, P position limit. Each family reads its own keys (its module'
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qkv_cli.errors import QkvError
+
+if TYPE_CHECKING:  # models.options imports NumPy (through RoPE); a config needs its types only
+    from qkv_cli.models.options import Attention, Embeddings, Mlp, Norms, Positions
 
 REQUIRED = object()
 MAX_LAYERS = 4096  # declared sizes beyond these are refused before anything is allocated for them
@@ -53,7 +57,13 @@ class ModelConfig:
     type_vocab_size: int = 0  # bert: token-type (segment) embeddings
     scale_attn_weights: bool = True  # gpt2: divide scores by sqrt(d_k)
     scale_by_layer: bool = False  # gpt2: also divide by (layer index + 1)
-    options: dict = field(default_factory=dict)  # what else a family reads (RoPE, windows, norms ...)
+    # a RoPE decoder's options, one per concern (models.options; None for BERT and GPT-2)
+    attention: Attention | None = None
+    rope: Positions | None = None
+    mlp: Mlp | None = None
+    norms: Norms | None = None
+    embeddings: Embeddings | None = None
+    eos: tuple[int, ...] = ()  # end-of-sequence token ids (generate stops there)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -96,9 +106,6 @@ class ModelConfig:
     @property
     def G(self) -> int:
         return self.n_kv_heads
-
-    def opt(self, name: str, default=None):
-        return self.options.get(name, default)
 
     def _where(self) -> str:
         return f"config of {self.name}" if self.name else "model config"
@@ -153,7 +160,7 @@ def config_from_dict(raw: dict, name: str = "") -> ModelConfig:
         raise QkvError(f"{where} must hold a JSON object, got {type(raw).__name__}")
     family = family_for(raw.get("model_type"), where)
     fields = family.read_config(Keys(raw, where, family.MODEL_TYPE))
-    fields["options"] = dict(fields.get("options", {}), eos=token_ids(raw.get("eos_token_id")))
+    fields["eos"] = token_ids(raw.get("eos_token_id"))
     return ModelConfig(family=family.MODEL_TYPE, name=name, **fields)
 
 

@@ -9,8 +9,8 @@
     MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
     last: N_f(x_L)
 
-What differs between families is a named option in ModelConfig.options (see decoder_config.py), read by one
-family module each; nothing here tests a family's name.
+What differs between families is a named, typed option of ModelConfig (models.options: attention, rope, mlp,
+norms, embeddings), read by decoder_config from each family module's Spec; nothing here tests a family's name.
 """
 
 from __future__ import annotations
@@ -65,49 +65,49 @@ class Params:
 
 
 def layer_type(c: ModelConfig, layer: int) -> str:
-    types = c.opt("layer_types")
+    types = c.attention.layer_types
     return types[layer] if types else ""
 
 
 def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:
     """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window)."""
-    window = c.opt("sliding_window") if layer_type(c, layer) == "sliding_attention" else None
+    window = c.attention.sliding_window if layer_type(c, layer) == "sliding_attention" else None
     return MaskSpec(causal=True, window=window)
 
 
-def rope_of(c: ModelConfig, layer: int) -> rope.Rope:
-    """The layer's RoPE: Gemma 3's sliding layers have a base of their own; everyone else has one for all."""
-    ropes = c.opt("ropes")
-    return ropes.get(layer_type(c, layer), ropes[""])
+def rope_of(c: ModelConfig, layer: int) -> rope.Rope | None:
+    """The layer's RoPE: Gemma 3's sliding layers have a base of their own; SmolLM3's NoPE layers have none."""
+    return c.rope.of(layer_type(c, layer), layer)
 
 
 def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64, start: int = 0) -> Hooks:
     """The attention hooks of a layer: scale, RoPE at positions start..start+m-1, QK-norm and soft-capping."""
     rotate = None
-    if m:
+    if m and rope_of(c, layer) is not None:
         cos, sin = rope.cos_sin(rope_of(c, layer), m, dtype, start)
         rotate = partial(rope.apply, cos=cos, sin=sin)
     norm_q = norm_k = None
     if blk is not None and "qnorm" in blk.norms:
         norm_q, norm_k = blk.norms["qnorm"], blk.norms["knorm"]
-    per_head = c.opt("qk_norm") == "head"
+    per_head = c.attention.qk_norm == "head"
     return Hooks(
-        scale=c.opt("scale"),
+        scale=c.attention.scale,
         qk_norm=(lambda Q, K: (norm_q(Q), norm_k(K))) if per_head and norm_q else None,
         qk_norm_flat=(lambda q, k: (norm_q(q), norm_k(k))) if not per_head and norm_q else None,
         rotate=rotate,
-        softcap=c.opt("softcap"),
+        softcap=c.attention.softcap,
     )
 
 
 def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
     """What explain needs to redo the layer's steps: RoPE's frequencies at this length, the QK-norm weights."""
-    freq, scaling = rope.inv_freq(rope_of(c, layer), m, dtype)
+    r = rope_of(c, layer)
+    freq, scaling = rope.inv_freq(r, m, dtype) if r is not None else (None, None)
     out = {"rope_freq": freq, "rope_scaling": scaling}
     n = p.blocks[layer].norms
     if "qnorm" in n:
         out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,
-                          "per_head": c.opt("qk_norm") == "head"}  # fmt: skip
+                          "per_head": c.attention.qk_norm == "head"}  # fmt: skip
     return out
 
 
@@ -120,7 +120,7 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     """The checkpoint's tensors, cast to dtype, in the shapes the forward pass uses ([W^q | W^k | W^v] fused)."""
     names = {role: name for name, (_, role) in tensor_names(c).items()}
     tau, G, dk, eps = c.n_heads, c.n_kv_heads, c.d_k, c.norm_eps
-    offset = 1.0 if c.opt("norm") == "rms1p" else 0.0
+    offset = c.norms.offset
 
     def get(role):
         return w(names[role]) if role in names else None
@@ -163,7 +163,7 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     if "__head__" in w:
         head = cache(lambda: w("__head__"))  # read, cast and checked on first use, then kept
     else:
-        head = (lambda: E) if c.opt("tie_embeddings") else None
+        head = (lambda: E) if c.embeddings.tied else None
     return Params(E, blocks, norm("final"), head)
 
 
@@ -171,8 +171,8 @@ def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoP
     """E[ids], column-major: the products (W x^T)^T come out column-major, and the residual sums x + a of arrays
     laid out alike run along contiguous memory (a row-major x plus a column-major a is a strided loop)."""
     x = np.take(p.E, ids, axis=0, out=np.empty((len(ids), p.E.shape[1]), p.E.dtype, order="F"))  # (m, d)
-    if c.opt("embed_scale"):
-        x *= x.dtype.type(c.opt("embed_scale"))  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
+    if c.embeddings.scale:
+        x *= x.dtype.type(c.embeddings.scale)  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
     return x
 
 
@@ -187,7 +187,7 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, st
     h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
     parts = self_attention(a_in, b.attn, h, mask, kernel, cache, into)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
-    if c.opt("parallel_residual"):  # GPT-NeoX: both branches read x
+    if c.mlp.parallel_residual:  # GPT-NeoX: both branches read x
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
     h = x + a
     f_in = n["mlp_in"](h) if "mlp_in" in n else h
@@ -211,8 +211,8 @@ def logits(p: Params, c: ModelConfig, h):  # [m, d] after the final norm -> [m, 
     if p.head is None:
         return None
     z = h @ p.head().T  # (m, d) x (d, V) -> (m, V)
-    if c.opt("final_softcap"):
+    if c.embeddings.final_softcap:
         from qkv_cli.core.numerics import softcap_
 
-        softcap_(z, c.opt("final_softcap"))
+        softcap_(z, c.embeddings.final_softcap)
     return z

@@ -1,48 +1,71 @@
 """Reading a RoPE decoder's config.json, as transformers v5 writes it (`rope_parameters`, `layer_types`) and as
 older files do (`rope_theta`, `rope_scaling`, `rotary_pct`, `sliding_window_pattern`, `rope_local_base_freq`).
 
-A family module calls `read(keys, ...)` with the options that make it what it is; the result is the ModelConfig
-fields, the family's choices in `options`.
+A family module calls `read(keys, SPEC)` with the Spec that makes it what it is; the result is the ModelConfig
+fields, the family's choices as the typed options of models.options (attention, rope, mlp, norms, embeddings).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
+from qkv_cli.models.options import FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.rope import Rope
 
-SLIDING, FULL = "sliding_attention", "full_attention"
+SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope")
 
 
-def read(
-    keys,
-    *,
-    layout="llama",
-    names="llama",
-    norm="rms",
-    act=("hidden_act", "silu"),
-    eps="rms_norm_eps",
-    bias=("attention_bias", False),
-    mlp_bias=("mlp_bias", False),
-    qk_norm=None,
-    softcap=False,
-    embed_scale=False,
-    tie=False,
-    sliding=None,
-    parallel_residual=False,
-    scale_key=None,
-    partial=(None, 1.0),
-    theta=("rope_theta", 10000.0),
-    local_theta=None,
-    grouped=True,
-) -> dict:
-    """The ModelConfig fields of a decoder. bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or
-    (q, k, v bias, o bias) fixed by the family (Qwen 2); mlp_bias: a key and default, or a fixed bool.
-    sliding: None, "all" (Mistral), "qwen", "alternate" (Gemma 2) or "pattern" (Gemma 3): how layers become
-    sliding when config.json has no `layer_types`. grouped: False for a family without grouped-query attention
-    (GPT-NeoX: G = tau whatever `num_key_value_heads` says, as transformers reads it)."""
+@dataclass(frozen=True)
+class Spec:
+    """How a family reads its config.json (each family module holds one as SPEC).
+
+    bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or (q, k, v bias, o bias) fixed by the
+    family (Qwen 2); mlp_bias: a key and default, or a fixed bool. sliding: how layers become sliding when
+    config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3).
+    act: the activation's keys in order, then its default. partial, theta, local_theta: (key, default).
+    grouped: False for a family without grouped-query attention (GPT-NeoX: G = tau whatever
+    `num_key_value_heads` says, as transformers reads it)."""
+
+    layout: str = "llama"
+    names: str = "llama"
+    norm: str = "rms"
+    act: tuple = ("hidden_act", "silu")
+    eps: str = "rms_norm_eps"
+    bias: tuple = ("attention_bias", False)
+    mlp_bias: tuple | bool = ("mlp_bias", False)
+    qk_norm: str | None = None
+    softcap: bool = False
+    embed_scale: bool = False
+    tie: bool = False
+    sliding: str | None = None
+    parallel_residual: bool = False
+    scale_key: str | None = None
+    partial: tuple = (None, 1.0)
+    theta: tuple = ("rope_theta", 10000.0)
+    local_theta: tuple | None = None
+    grouped: bool = True
+    nope: bool = False  # SmolLM3: `no_rope_layers` / `no_rope_layer_interval` name layers without RoPE
+
+    def __post_init__(self):
+        if self.sliding not in SLIDING_RULES:
+            raise QkvError(f"sliding rule {self.sliding!r} is not one of {SLIDING_RULES}")
+        Norms(self.norm, self.layout)  # checks both
+        Embeddings(self.names)
+
+
+def read(keys, spec: Spec = Spec()) -> dict:  # noqa: B008  (a frozen default)
+    """The ModelConfig fields of a decoder whose family reads its config.json as `spec` says."""
+    try:
+        return _read(keys, spec)
+    except QkvError as exc:
+        message = str(exc)
+        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
+
+
+def _read(keys, spec: Spec) -> dict:
     n_layers, tau, d = keys.int("num_hidden_layers"), keys.int("num_attention_heads"), keys.int("hidden_size")
     # before anything is made per layer or per head
     check_limits(keys.where, (("num_hidden_layers", n_layers, MAX_LAYERS), ("num_attention_heads", tau, MAX_WIDTH),
@@ -50,58 +73,71 @@ def read(
     head_dim = keys.int("head_dim", d // tau if d % tau == 0 else 0)
     if head_dim < 1:
         raise QkvError(f"{keys.where}: head_dim must be given when hidden_size ({d}) is not a multiple of the heads")
-    types = layer_types(keys, n_layers, sliding)
+    nope = no_rope(keys, n_layers, spec.nope)
+    types = layer_types(keys, n_layers, spec.sliding, nope)
     window = keys.int("sliding_window", None) if any(t == SLIDING for t in types) else None
     if window is not None and window < 1:
         raise QkvError(f"{keys.where}: 'sliding_window' must be at least 1, got {window}")
     if keys.get("use_bidirectional_attention", False):
         raise QkvError(f"{keys.where}: use_bidirectional_attention is not supported (qkv runs these models causally)")
-    scale = keys.number(scale_key, head_dim) if scale_key else head_dim
+    scale = keys.number(spec.scale_key, head_dim) if spec.scale_key else head_dim
     if scale <= 0:
-        raise QkvError(f"{keys.where}: '{scale_key}' must be positive, got {scale}")
+        raise QkvError(f"{keys.where}: '{spec.scale_key}' must be positive, got {scale}")
+    bias = spec.bias
     qkv_bias, o_bias = (keys.bool(*bias),) * 2 if isinstance(bias[0], str) else bias
     gguf = keys.get(GGUF_ONLY, {})  # a GGUF file's own (config.GGUF_ONLY): W^o's bias apart, rope_freqs
     o_bias = gguf.get("o_bias", o_bias)
-    options = {
-        "layout": layout,
-        "names": names,
-        "norm": norm,
-        "qkv_bias": qkv_bias,
-        "o_bias": o_bias,
-        "mlp_bias": keys.bool(*mlp_bias) if isinstance(mlp_bias, tuple) else mlp_bias,
-        "qk_norm": qk_norm,
-        "scale": float(scale) ** -0.5,
-        "layer_types": types,
-        "sliding_window": window,
-        "softcap": keys.number("attn_logit_softcapping", None) if softcap else None,
-        "final_softcap": keys.number("final_logit_softcapping", None) if softcap else None,
-        "embed_scale": math.sqrt(d) if embed_scale else None,
-        "tie_embeddings": keys.bool("tie_word_embeddings", tie),
-        "parallel_residual": keys.bool("use_parallel_residual", parallel_residual) if parallel_residual else False,
-    }
-    for key, value in (
-        ("attn_logit_softcapping", options["softcap"]),
-        ("final_logit_softcapping", options["final_softcap"]),
-    ):
+    softcap = keys.number("attn_logit_softcapping", None) if spec.softcap else None
+    final_softcap = keys.number("final_logit_softcapping", None) if spec.softcap else None
+    for key, value in (("attn_logit_softcapping", softcap), ("final_logit_softcapping", final_softcap)):
         if value is not None and value <= 0:
             raise QkvError(f"{keys.where}: '{key}' must be positive, got {value}")
     context = keys.int("max_position_embeddings")
-    options["ropes"] = ropes(keys, head_dim, partial, theta, local_theta, context, gguf.get("freq_factors"))
-    if options["ropes"][""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
-        context = int(context * options["ropes"][""].factor)
+    found = ropes(keys, head_dim, spec.partial, spec.theta, spec.local_theta, context, gguf.get("freq_factors"))
+    if found[""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
+        context = int(context * found[""].factor)
+    mlp_bias = keys.bool(*spec.mlp_bias) if isinstance(spec.mlp_bias, tuple) else spec.mlp_bias
+    parallel = keys.bool("use_parallel_residual", True) if spec.parallel_residual else False
     return {
         "n_layers": n_layers,
         "n_heads": tau,
-        "n_kv_heads": kv_heads(keys, tau) if grouped else tau,
+        "n_kv_heads": kv_heads(keys, tau) if spec.grouped else tau,
         "d": d,
         "d_ff": keys.int("intermediate_size"),
         "vocab_size": keys.int("vocab_size"),
         "max_positions": context,
-        "norm_eps": keys.number(eps, 1e-6),
-        "activation": activation(keys, act),
+        "norm_eps": keys.number(spec.eps, 1e-6),
+        "activation": activation(keys, spec.act),
         "head_dim": head_dim,
-        "options": options,
+        "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap),
+        "rope": Positions(found, nope),
+        "mlp": Mlp(spec.names != "neox", mlp_bias, parallel),
+        "norms": Norms(spec.norm, spec.layout),
+        "embeddings": Embeddings(
+            spec.names,
+            math.sqrt(d) if spec.embed_scale else None,
+            keys.bool("tie_word_embeddings", spec.tie),
+            final_softcap,
+        ),  # fmt: skip
     }
+
+
+def no_rope(keys, n_layers: int, nope: bool) -> tuple[int, ...]:
+    """SmolLM3's NoPE layers: `no_rope_layers` lists 1 (RoPE) or 0 (no RoPE) per layer; without it, every
+    `no_rope_layer_interval`-th layer (the 4th, 8th ...) has none, as transformers' SmolLM3Config makes the list."""
+    if not nope:
+        return ()
+    given = keys.get("no_rope_layers", None)
+    if given is None:
+        every = keys.int("no_rope_layer_interval", 4)
+        if every < 1:
+            raise QkvError(f"{keys.where}: 'no_rope_layer_interval' must be at least 1, got {every}")
+        given = [int((i + 1) % every != 0) for i in range(n_layers)]
+    if not isinstance(given, list) or any(v not in (0, 1) or isinstance(v, bool) for v in given):
+        raise QkvError(f"{keys.where}: 'no_rope_layers' must list 1 (RoPE) or 0 (no RoPE) for each layer")
+    if len(given) != n_layers:
+        raise QkvError(f"{keys.where}: 'no_rope_layers' lists {len(given)} layers but the model has {n_layers}")
+    return tuple(i for i, v in enumerate(given) if v == 0)
 
 
 def activation(keys, act: tuple) -> str:
@@ -113,14 +149,18 @@ def activation(keys, act: tuple) -> str:
     return act[-1]
 
 
-def layer_types(keys, n_layers: int, sliding) -> tuple[str, ...]:
+def layer_types(keys, n_layers: int, sliding, nope=()) -> tuple[str, ...]:
     given = keys.get("layer_types", None)
+    if sliding == "nope" and not (keys.get("use_sliding_window", False) is True and keys.get("sliding_window", None)):
+        return tuple(FULL for _ in range(n_layers))  # SmolLM3: windows only with use_sliding_window
     if given is not None:
         if not isinstance(given, list) or len(given) != n_layers or any(t not in (SLIDING, FULL) for t in given):
             raise QkvError(
                 f"{keys.where}: 'layer_types' must list {SLIDING!r} or {FULL!r} for each of {n_layers} layers"
             )
         return tuple(given) if sliding else tuple(FULL for _ in given)
+    if sliding == "nope":  # SmolLM3: the NoPE layers slide
+        return tuple(SLIDING if i in nope else FULL for i in range(n_layers))
     if sliding == "all":
         return tuple(SLIDING if keys.get("sliding_window", None) is not None else FULL for _ in range(n_layers))
     if sliding == "qwen":
@@ -178,13 +218,16 @@ def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positio
                            f"got {fraction}")  # fmt: skip
         rot = int(head_dim * fraction)
         rot -= rot % 2
+        # Phi-3 files keep original_max_position_embeddings beside rope_scaling, not in it
+        original = int(p.get("original_max_position_embeddings") or keys.get("original_max_position_embeddings", 0)
+                       or max_positions)  # fmt: skip
         return Rope(
             theta=float(p.get("rope_theta", default_theta)),
             rot=rot,
             kind=str(kind),
-            factor=float(p.get("factor", 1.0)),
+            factor=float(p.get("factor") or (max_positions / original if kind == "longrope" else 1.0)),
             max_positions=max_positions,
-            original_max_positions=int(p.get("original_max_position_embeddings") or max_positions),
+            original_max_positions=original,
             low_freq_factor=float(p.get("low_freq_factor", 1.0)),
             high_freq_factor=float(p.get("high_freq_factor", 4.0)),
             attention_factor=None if p.get("attention_factor") is None else float(p["attention_factor"]),
@@ -193,12 +236,22 @@ def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positio
             mscale=None if p.get("mscale") is None else float(p["mscale"]),
             mscale_all_dim=None if p.get("mscale_all_dim") is None else float(p["mscale_all_dim"]),
             truncate=bool(p.get("truncate", True)),
+            short_factor=factors_of(p.get("short_factor")),
+            long_factor=factors_of(p.get("long_factor")),
             freq_factors=None if factors is None else tuple(float(f) for f in factors),
         )
     except (TypeError, ValueError, OverflowError) as exc:
         raise QkvError(f"{keys.where}: the RoPE parameters {p!r} are not valid ({exc})") from None
     except QkvError as exc:
         raise QkvError(f"{keys.where}: {exc}") from None
+
+
+def factors_of(value) -> tuple[float, ...] | None:  # LongRoPE's short_factor / long_factor lists
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) > MAX_WIDTH:
+        raise ValueError(f"a list of factors, got {value!r}")
+    return tuple(float(v) for v in value)
 
 
 def kv_heads(keys, tau: int) -> int:

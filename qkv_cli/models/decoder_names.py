@@ -23,38 +23,40 @@ HEAD = {"llama": "lm_head.weight", "neox": "embed_out.weight"}  # outside the mo
 def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     """name (without the 'model.' or 'gpt_neox.' prefix) -> (shape, role)."""
     d, dff, V, tau, G, dk = c.d, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_k
-    neox = c.opt("names") == "neox"
-    layer_norm_bias = c.opt("norm") == "layer"
+    neox = c.embeddings.names == "neox"
+    layer_norm_bias = c.norms.biased
     out = {("embed_in.weight" if neox else "embed_tokens.weight"): ((V, d), "embed")}
     for l in range(c.n_layers):
         p, r = f"layers.{l}.", f"{l}."
-        for role, module in NORMS[c.opt("layout")].items():
+        for role, module in NORMS[c.norms.layout].items():
             out[f"{p}{module}.weight"] = ((d,), f"{r}{role}.w")
             if layer_norm_bias:
                 out[f"{p}{module}.bias"] = ((d,), f"{r}{role}.b")
         if neox:
             out[p + "attention.query_key_value.weight"] = ((3 * d, d), r + "qkv.w")
             out[p + "attention.dense.weight"] = ((d, d), r + "o.w")
-            if c.opt("qkv_bias"):
+            if c.attention.qkv_bias:
                 out[p + "attention.query_key_value.bias"] = ((3 * d,), r + "qkv.b")
                 out[p + "attention.dense.bias"] = ((d,), r + "o.b")
         else:
             for x, rows in (("q", tau * dk), ("k", G * dk), ("v", G * dk)):
                 out[f"{p}self_attn.{x}_proj.weight"] = ((rows, d), f"{r}{x}.w")
-                if c.opt("qkv_bias"):
+                if c.attention.qkv_bias:
                     out[f"{p}self_attn.{x}_proj.bias"] = ((rows,), f"{r}{x}.b")
             out[p + "self_attn.o_proj.weight"] = ((d, tau * dk), r + "o.w")
-            if c.opt("o_bias"):
+            if c.attention.o_bias:
                 out[p + "self_attn.o_proj.bias"] = ((d,), r + "o.b")
-        if c.opt("qk_norm"):
-            head = c.opt("qk_norm") == "head"  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
+        if c.attention.qk_norm:
+            head = (
+                c.attention.qk_norm == "head"
+            )  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
             out[p + "self_attn.q_norm.weight"] = ((dk if head else tau * dk,), r + "qnorm.w")
             out[p + "self_attn.k_norm.weight"] = ((dk if head else G * dk,), r + "knorm.w")
         mlp = (("dense_h_to_4h", "up", (dff, d)), ("dense_4h_to_h", "down", (d, dff))) if neox else (
             ("gate_proj", "gate", (dff, d)), ("up_proj", "up", (dff, d)), ("down_proj", "down", (d, dff)))  # fmt: skip
         for module, role, shape in mlp:
             out[f"{p}mlp.{module}.weight"] = (shape, f"{r}{role}.w")
-            if c.opt("mlp_bias"):
+            if c.mlp.bias:
                 out[f"{p}mlp.{module}.bias"] = ((shape[0],), f"{r}{role}.b")
     final = "final_layer_norm" if neox else "norm"
     out[final + ".weight"] = ((d,), "final.w")

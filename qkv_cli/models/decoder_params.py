@@ -15,27 +15,27 @@ NORM_MEANING = {
 
 def parameter_table(c: ModelConfig) -> list[Param]:
     L, d, dff, dk = c.n_layers, c.d, c.d_ff, c.d_k
-    bias = c.opt("norm") == "layer"
+    bias = c.norms.biased
     out = [Param("embed_tokens", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)")]
-    out += attention_params(c, biases=c.opt("qkv_bias"), output_bias=c.opt("o_bias"))
-    if c.opt("qk_norm"):
-        head = c.opt("qk_norm") == "head"
+    out += attention_params(c, biases=c.attention.qkv_bias, output_bias=c.attention.o_bias)
+    if c.attention.qk_norm:
+        head = c.attention.qk_norm == "head"
         out += [
             Param("q_norm", "g^q", (dk if head else c.n_heads * dk,), L, "QK-norm scale of the queries"),
             Param("k_norm", "g^k", (dk if head else c.n_kv_heads * dk,), L, "QK-norm scale of the keys"),
         ]
-    for role in NORMS[c.opt("layout")]:
+    for role in NORMS[c.norms.layout]:
         out.append(Param(f"{role}_norm", "gamma", (d,), L, NORM_MEANING[role] + ", scale"))
         if bias:
             out.append(Param(f"{role}_norm_b", "beta", (d,), L, NORM_MEANING[role] + ", shift"))
-    gated = c.opt("names") != "neox"
+    gated = c.mlp.gated
     if gated:
         out.append(Param("W_gate", "W_gate", (d, dff), L, "MLP gate (act(x W_gate) * x W_up)"))
     out += [
         Param("W_up", "W_up" if gated else "W_1", (d, dff), L, "MLP expansion"),
         Param("W_down", "W_down" if gated else "W_2", (dff, d), L, "MLP projection back to d"),
     ]
-    if c.opt("mlp_bias"):
+    if c.mlp.bias:
         out += [
             Param("b_up", "b_1", (dff,), L, "MLP expansion bias"),
             Param("b_down", "b_2", (d,), L, "MLP output bias"),
@@ -45,6 +45,6 @@ def parameter_table(c: ModelConfig) -> list[Param]:
     out.append(Param("final_norm", "gamma_f", (d,), 1, "final norm, scale"))
     if bias:
         out.append(Param("final_norm_b", "beta_f", (d,), 1, "final norm, shift"))
-    if not c.opt("tie_embeddings"):
+    if not c.embeddings.tied:
         out.append(Param("lm_head", "W_out", (d, c.vocab_size), 1, "output head (untied from E)"))
     return out

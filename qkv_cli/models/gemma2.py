@@ -11,15 +11,17 @@ MODEL_TYPE = "gemma2"
 PREFIXES = ("model.", "")
 
 
+SPEC = decoder_config.Spec(
+    layout="gemma",
+    norm="rms1p",
+    act=("hidden_activation", "hidden_act", "gelu_pytorch_tanh"),
+    softcap=True,
+    embed_scale=True,
+    tie=True,
+    sliding="alternate",
+    scale_key="query_pre_attn_scalar",
+)
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(
-        keys,
-        layout="gemma",
-        norm="rms1p",
-        act=("hidden_activation", "hidden_act", "gelu_pytorch_tanh"),
-        softcap=True,
-        embed_scale=True,
-        tie=True,
-        sliding="alternate",
-        scale_key="query_pre_attn_scalar",
-    )
+    return decoder_config.read(keys, SPEC)

@@ -10,18 +10,20 @@ MODEL_TYPE = "gemma3_text"
 PREFIXES = ("model.language_model.", "model.", "language_model.model.", "")
 
 
+SPEC = decoder_config.Spec(
+    layout="gemma",
+    norm="rms1p",
+    act=("hidden_activation", "hidden_act", "gelu_pytorch_tanh"),
+    qk_norm="head",
+    softcap=True,
+    embed_scale=True,
+    tie=True,
+    sliding="pattern",
+    scale_key="query_pre_attn_scalar",
+    theta=("rope_theta", 1_000_000.0),
+    local_theta=("rope_local_base_freq", 10_000.0),
+)
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(
-        keys,
-        layout="gemma",
-        norm="rms1p",
-        act=("hidden_activation", "hidden_act", "gelu_pytorch_tanh"),
-        qk_norm="head",
-        softcap=True,
-        embed_scale=True,
-        tie=True,
-        sliding="pattern",
-        scale_key="query_pre_attn_scalar",
-        theta=("rope_theta", 1_000_000.0),
-        local_theta=("rope_local_base_freq", 10_000.0),
-    )
+    return decoder_config.read(keys, SPEC)

@@ -11,18 +11,20 @@ PREFIXES = ("gpt_neox.", "")
 HEAD = "embed_out.weight"
 
 
+SPEC = decoder_config.Spec(
+    layout="neox",
+    names="neox",
+    norm="layer",
+    act=("hidden_act", "gelu"),
+    eps="layer_norm_eps",
+    bias=("attention_bias", True),
+    mlp_bias=True,
+    parallel_residual=True,
+    partial=("rotary_pct", 0.25),
+    theta=("rotary_emb_base", 10000.0),
+    grouped=False,
+)
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(
-        keys,
-        layout="neox",
-        names="neox",
-        norm="layer",
-        act=("hidden_act", "gelu"),
-        eps="layer_norm_eps",
-        bias=("attention_bias", True),
-        mlp_bias=True,
-        parallel_residual=True,
-        partial=("rotary_pct", 0.25),
-        theta=("rotary_emb_base", 10000.0),
-        grouped=False,
-    )
+    return decoder_config.read(keys, SPEC)

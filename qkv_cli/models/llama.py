@@ -13,5 +13,8 @@ MODEL_TYPE = "llama"
 PREFIXES = ("model.", "")
 
 
+SPEC = decoder_config.Spec()  # the plain RoPE decoder
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(keys)
+    return decoder_config.read(keys, SPEC)

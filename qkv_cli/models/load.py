@@ -70,7 +70,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
     family = family_for(config.family)
     tensors = check_weights(stored, family.tensor_shapes(config), family.PREFIXES, name, source)
     head = getattr(family, "HEAD", None)
-    if head is not None and not config.opt("tie_embeddings") and head in stored:
+    if head is not None and not (config.embeddings and config.embeddings.tied) and head in stored:
         if tuple(stored[head].shape) != (config.vocab_size, config.d):
             raise QkvError(f"{name}: tensor '{head}' has shape {stored[head].shape}, expected "
                            f"({config.vocab_size}, {config.d}) from its {source}")  # fmt: skip

@@ -9,5 +9,8 @@ MODEL_TYPE = "mistral"
 PREFIXES = ("model.", "")
 
 
+SPEC = decoder_config.Spec(sliding="all")
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(keys, sliding="all")
+    return decoder_config.read(keys, SPEC)

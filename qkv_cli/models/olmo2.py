@@ -11,5 +11,8 @@ PREFIXES = ("model.", "")
 ATTENTION_INPUT = "the layer input itself (OLMo 2 has no norm before attention: it norms q, k and the output)"
 
 
+SPEC = decoder_config.Spec(layout="olmo2", qk_norm="flat")
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(keys, layout="olmo2", qk_norm="flat")
+    return decoder_config.read(keys, SPEC)

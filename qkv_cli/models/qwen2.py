@@ -10,5 +10,8 @@ MODEL_TYPE = "qwen2"
 PREFIXES = ("model.", "")
 
 
+SPEC = decoder_config.Spec(bias=(True, False), sliding="qwen")
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(keys, bias=(True, False), sliding="qwen")
+    return decoder_config.read(keys, SPEC)

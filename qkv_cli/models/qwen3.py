@@ -10,5 +10,8 @@ MODEL_TYPE = "qwen3"
 PREFIXES = ("model.", "")
 
 
+SPEC = decoder_config.Spec(qk_norm="head", sliding="qwen")
+
+
 def read_config(keys) -> dict:
-    return decoder_config.read(keys, qk_norm="head", sliding="qwen")
+    return decoder_config.read(keys, SPEC)

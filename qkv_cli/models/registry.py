@@ -37,16 +37,42 @@ FAMILIES = {
 }
 
 
+PROTOCOL = (
+    "MODEL_TYPE",
+    "read_config",
+    "tensor_shapes",
+    "PREFIXES",
+    "prepare",
+    "parameter_table",
+    "layer_mask",
+    "layer_type",
+    "hooks",
+    "embed",
+    "block",
+    "final",
+    "logits",
+    "ATTENTION_INPUT",
+    "HEAD",
+    "layer_extras",
+)
+
+
 class Family:
-    """A family module; what it does not define comes from its BASE module (the shared RoPE decoder)."""
+    """A family module with what it does not define taken from its BASE module (the shared RoPE decoder), resolved
+    once: `inherited` names what came from BASE; anything outside PROTOCOL is the module's own attribute."""
 
     def __init__(self, module):
         self.module = module
+        base = getattr(module, "BASE", None)
+        self.inherited = tuple(n for n in PROTOCOL if not hasattr(module, n) and hasattr(base, n))
+        for name in PROTOCOL:
+            source = base if name in self.inherited else module
+            if hasattr(source, name):
+                setattr(self, name, getattr(source, name))
 
-    def __getattr__(self, name):
-        for source in (self.module, getattr(self.module, "BASE", None)):
-            if source is not None and hasattr(source, name):
-                return getattr(source, name)
+    def __getattr__(self, name):  # only for names outside PROTOCOL (a family's own extras)
+        if name != "module" and hasattr(self.module, name):
+            return getattr(self.module, name)
         raise AttributeError(f"model family {self.module.__name__} has no {name!r}")
 
     def __repr__(self) -> str:

@@ -97,7 +97,7 @@ def generation(req: Request, model) -> Result:
     else:
         prompt = model.tokenize(text)
     return generate(model, prompt, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
-                    req.max_memory, eos=model.config.opt("eos"))  # fmt: skip
+                    req.max_memory, eos=model.config.eos)  # fmt: skip
 
 
 def compute_each(req: Request) -> list[Result]:

@@ -56,7 +56,8 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
     c, stored = stored_tensors(resolve_model(spec, download=download))
     m = 30 if m is None else m
     kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None
-    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k, scale=c.opt("scale"), softcap=c.opt("softcap"),
+    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k, scale=c.attention and c.attention.scale,
+                    softcap=c.attention and c.attention.softcap,
                     input_meaning=input_meaning(c))  # fmt: skip
     counted = sum(math.prod(t.shape) for name, t in stored.items() if t.is_float and not name.endswith(SKIP))
     return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)
@@ -65,7 +66,7 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
 def input_meaning(c) -> str:
     """What H is for a checkpoint's attention: the family's own words, and for a RoPE decoder that no positions are
     added to it (RoPE turns Q and K)."""
-    if c.opt("ropes") is None:  # BERT, GPT-2: learned position embeddings are added to the token embeddings
+    if c.rope is None:  # BERT, GPT-2: learned position embeddings are added to the token embeddings
         return INPUT
     from qkv_cli.models import family_for
 

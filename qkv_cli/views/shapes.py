@@ -96,7 +96,10 @@ def emit_model(sh, fmt: str) -> None:
             "d_ff": c.d_ff, "vocab_size": c.vocab_size, "max_positions": c.max_positions}  # fmt: skip
     if c.n_kv_heads != c.n_heads:
         dims["kv_heads"] = c.n_kv_heads
-    scale, softcap = c.opt("scale"), c.opt("softcap")  # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
+    if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
+        dims["nope_layers"] = list(c.rope.no_rope)
+    # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
+    scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)
     if fmt == "json":
         doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims | {"kv_heads": c.n_kv_heads}
         if scale is not None:  # a RoPE decoder's scale (Gemma: query_pre_attn_scalar^-1/2) and soft-cap c or None

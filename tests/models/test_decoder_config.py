@@ -34,8 +34,8 @@ def cfg(**changes):
 def test_llama_defaults_and_gqa():
     c = cfg()
     assert (c.n_heads, c.n_kv_heads, c.d_k) == (8, 2, 8)
-    assert c.opt("ropes")[""] == Rope(theta=10000.0, rot=8, max_positions=128, original_max_positions=128)
-    assert c.opt("layer_types") == ("full_attention",) * 4 and c.opt("scale") == 8**-0.5
+    assert c.rope.ropes[""] == Rope(theta=10000.0, rot=8, max_positions=128, original_max_positions=128)
+    assert c.attention.layer_types == ("full_attention",) * 4 and c.attention.scale == 8**-0.5
 
 
 def test_old_and_new_rope_keys_agree():
@@ -51,34 +51,34 @@ def test_old_and_new_rope_keys_agree():
     )
     new = cfg(rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64})  # fmt: skip
-    assert old.opt("ropes") == new.opt("ropes") and old.opt("ropes")[""].kind == "llama3"
+    assert old.rope.ropes == new.rope.ropes and old.rope.ropes[""].kind == "llama3"
 
 
 def test_gemma3_local_base_and_pattern_from_an_old_file():
     c = config_from_dict({**LLAMA, "model_type": "gemma3_text", "head_dim": 16, "rope_theta": 1e6,
                           "rope_local_base_freq": 1e4, "sliding_window": 8, "sliding_window_pattern": 2,
                           "rope_scaling": {"rope_type": "linear", "factor": 8.0}})  # fmt: skip
-    assert c.opt("layer_types") == ("sliding_attention", "full_attention") * 2
-    ropes = c.opt("ropes")
+    assert c.attention.layer_types == ("sliding_attention", "full_attention") * 2
+    ropes = c.rope.ropes
     assert ropes["sliding_attention"].theta == 1e4 and ropes["sliding_attention"].kind == "default"
     assert ropes["full_attention"].theta == 1e6 and ropes["full_attention"].factor == 8.0
-    assert c.opt("scale") == 16**-0.5 and c.opt("embed_scale") == math.sqrt(64) and c.opt("norm") == "rms1p"
+    assert c.attention.scale == 16**-0.5 and c.embeddings.scale == math.sqrt(64) and c.norms.kind == "rms1p"
 
 
 def test_neox_partial_rotary_from_rotary_pct():
     c = config_from_dict({"model_type": "gpt_neox", "hidden_size": 64, "num_attention_heads": 4,
                           "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 100,
                           "max_position_embeddings": 64, "rotary_pct": 0.25, "rotary_emb_base": 777.0})  # fmt: skip
-    assert c.opt("ropes")[""].rot == 4 and c.opt("ropes")[""].theta == 777.0 and c.opt("parallel_residual")
+    assert c.rope.ropes[""].rot == 4 and c.rope.ropes[""].theta == 777.0 and c.mlp.parallel_residual
 
 
 def test_qwen2_windows_follow_max_window_layers():
     c = config_from_dict({**LLAMA, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 16,
                           "max_window_layers": 2})  # fmt: skip
-    assert c.opt("layer_types") == ("full_attention",) * 2 + ("sliding_attention",) * 2
-    assert c.opt("qkv_bias") and not c.opt("o_bias")
+    assert c.attention.layer_types == ("full_attention",) * 2 + ("sliding_attention",) * 2
+    assert c.attention.qkv_bias and not c.attention.o_bias
     off = config_from_dict({**LLAMA, "model_type": "qwen2", "sliding_window": 16})  # use_sliding_window false
-    assert off.opt("sliding_window") is None
+    assert off.attention.sliding_window is None
 
 
 BAD = [
@@ -91,7 +91,7 @@ BAD = [
     ({"hidden_size": 60}, ["head_dim"]),
     ({"intermediate_size": "96"}, ["intermediate_size", "integer"]),
     ({"num_hidden_layers": 10**6}, ["n_layers", "at most"]),
-    ({"rope_scaling": {"rope_type": "longrope", "factor": 2.0}}, ["longrope", "default, linear"]),
+    ({"rope_scaling": {"rope_type": "proportional", "factor": 2.0}}, ["proportional", "default, linear"]),
     ({"rope_theta": -1.0}, ["rope_theta"]),
     ({"rope_parameters": "fast"}, ["rope_parameters", "object"]),
     ({"model_type": "mistral", "sliding_window": 0}, ["sliding_window", "at least 1"]),
@@ -221,7 +221,7 @@ def test_bad_rope_freqs_are_one_line_and_checked_before_reading(meta, tensor, me
 def test_rope_freqs_become_the_ropes_factors():
     stored = Tensor((4,), "F16", lambda: np.array([1, 1.5, 8, 8], np.float32), "x")
     raw = config_dict(GGUF_LLAMA, {"rope_freqs.weight": stored}, "GGUF file 'x.gguf'")
-    rope = config_from_dict(raw, "x").opt("ropes")[""]
+    rope = config_from_dict(raw, "x").rope.ropes[""]
     assert (rope.kind, rope.rot, rope.freq_factors) == ("default", 8, (1.0, 1.5, 8.0, 8.0))
 
 
@@ -252,8 +252,8 @@ def test_a_config_json_is_read_as_transformers_reads_it_whatever_gguf_only_keys_
            GGUF_ONLY: {"freq_factors": [1, 2, 4, 8], "o_bias": True}}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(raw))
     c = read_config(tmp_path, "x")
-    assert c.opt("ropes")[""].freq_factors is None and not c.opt("o_bias")
-    assert c.opt("ropes") == cfg().opt("ropes")
+    assert c.rope.ropes[""].freq_factors is None and not c.attention.o_bias
+    assert c.rope.ropes == cfg().rope.ropes
 
 
 @pytest.mark.parametrize("names, q, o", [(("attn_q", "attn_output"), True, True), (("attn_q",), True, False),
@@ -262,4 +262,4 @@ def test_a_gguf_files_biases_are_read_each_by_its_presence(names, q, o):
     """A Qwen written as a llama file has biases on q, k and v but not on W^o; llama.cpp reads each if present."""
     tensors = {f"blk.0.{n}.bias": Tensor((4,), "F32", lambda: None, "x") for n in names}
     c = config_from_dict(config_dict(GGUF_LLAMA, tensors, "GGUF file 'x.gguf'"), "x")
-    assert (c.opt("qkv_bias"), c.opt("o_bias")) == (q, o)
+    assert (c.attention.qkv_bias, c.attention.o_bias) == (q, o)

@@ -81,7 +81,7 @@ def test_sliding_layers_keep_only_the_window(name, built):
     folder, _ = built(name)
     model = load_model(folder, dtype="float64")
     run = model.forward(ids_for(19, 3), layers="all")
-    window = model.config.opt("sliding_window")
+    window = model.config.attention.sliding_window
     i, t = np.indices((19, 19))
     outside = (i - t >= window) | (t > i)
     kinds = set()

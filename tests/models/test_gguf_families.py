@@ -148,33 +148,33 @@ def test_the_config_read_from_the_metadata(case, made):
     kind = h.model_type
     assert (c.family, c.n_layers, c.n_heads, c.d, c.d_ff, c.vocab_size) == (
         kind, h.num_hidden_layers, h.num_attention_heads, 32, 48, h.vocab_size)  # fmt: skip
-    rope = c.opt("ropes")[""]
-    assert c.opt("tie_embeddings") is (kind == "gemma2" or h.tie_word_embeddings)  # Gemma2Model drops lm_head
+    rope = c.rope.ropes[""]
+    assert c.embeddings.tied is (kind == "gemma2" or h.tie_word_embeddings)  # Gemma2Model drops lm_head
     assert c.max_positions == h.max_position_embeddings
     caps = (getattr(h, "attn_logit_softcapping", None), getattr(h, "final_logit_softcapping", None))
-    assert (c.opt("softcap"), c.opt("final_softcap")) == caps
+    assert (c.attention.softcap, c.embeddings.final_softcap) == caps
     if kind == "gpt_neox":
         assert rope.rot == model.gpt_neox.layers[0].attention.rotary_ndims == 4  # rope.dimension_count, exactly
         assert rope.theta == h.rope_parameters["rope_theta"]  # 200 from rope.freq_base, or llama.cpp's 10000
-        assert c.opt("parallel_residual") is h.use_parallel_residual and c.opt("qkv_bias") and c.n_kv_heads == 2
+        assert c.mlp.parallel_residual is h.use_parallel_residual and c.attention.qkv_bias and c.n_kv_heads == 2
         assert c.norm_eps == float(np.float32(h.layer_norm_eps))  # GGUF stores it as float32
-        assert c.opt("norm") == "layer" and c.activation == h.hidden_act
+        assert c.norms.kind == "layer" and c.activation == h.hidden_act
         return
     full = h.rope_parameters.get("full_attention", h.rope_parameters)
     kind_read = {"llama3": "default"}.get(full["rope_type"], full["rope_type"])  # llama3: rope_freqs, no key
     assert (rope.rot, rope.theta, rope.kind, c.n_kv_heads) == (c.d_k, full["rope_theta"], kind_read, 2)
     assert (rope.freq_factors is not None) is (full["rope_type"] == "llama3")
     assert c.d_k == (getattr(h, "head_dim", None) or 8)
-    assert c.opt("scale") == c.d_k**-0.5  # Gemma below 27B: 1/sqrt(head_dim), as llama.cpp
+    assert c.attention.scale == c.d_k**-0.5  # Gemma below 27B: 1/sqrt(head_dim), as llama.cpp
     types = tuple(getattr(h, "layer_types", None) or ["full_attention"] * h.num_hidden_layers)
     window = h.sliding_window if "sliding_attention" in types else None
-    assert (c.opt("layer_types"), c.opt("sliding_window")) == (types, window)
+    assert (c.attention.layer_types, c.attention.sliding_window) == (types, window)
     assert c.norm_eps == float(np.float32(h.rms_norm_eps))
     bias, mlp_bias = getattr(h, "attention_bias", False), getattr(h, "mlp_bias", False)
-    assert c.opt("qkv_bias") is (kind == "qwen2" or bias) and c.opt("mlp_bias") is mlp_bias
-    assert c.opt("qk_norm") == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head"}.get(kind)
+    assert c.attention.qkv_bias is (kind == "qwen2" or bias) and c.mlp.bias is mlp_bias
+    assert c.attention.qk_norm == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head"}.get(kind)
     if kind == "gemma3_text":  # the sliding layers' base from rope.freq_base_swa, unscaled
-        local = c.opt("ropes")["sliding_attention"]
+        local = c.rope.ropes["sliding_attention"]
         assert (local.theta, local.kind, rope.factor) == (300.0, "default", 2.0)
 
 
@@ -183,7 +183,7 @@ def test_without_rope_freq_base_gpt_neox_turns_at_llama_cpps_10000(made, tmp_pat
     _, model = made("gpt_neox")
     convert(libs[2], model, tmp_path / "no-base.gguf", False, False)
     ours = load_model(tmp_path / "no-base.gguf")
-    assert ours.config.opt("ropes")[""].theta == 10000.0 != model.config.rope_parameters["rope_theta"]
+    assert ours.config.rope.ropes[""].theta == 10000.0 != model.config.rope_parameters["rope_theta"]
 
 
 def test_llama3_scaling_is_read_from_rope_freqs_and_matters(made, libs):
@@ -202,7 +202,7 @@ def test_llama3_scaling_is_read_from_rope_freqs_and_matters(made, libs):
     np.testing.assert_allclose(default / factors, model.model.rotary_emb.inv_freq.numpy(), rtol=1e-6)
     assert factors[0] not in (1.0, 8.0) and list(factors[1:]) == [8.0] * 3  # pair 0 on the smooth ramp
     ours = load_model(path, dtype="float32")
-    assert ours.config.opt("ropes")[""].freq_factors == tuple(factors)
+    assert ours.config.rope.ropes[""].freq_factors == tuple(factors)
     c = copy.deepcopy(model.config)
     c.rope_parameters = {"rope_type": "default", "rope_theta": 100.0}
     del c.original_max_position_embeddings  # (expressible's)
@@ -308,7 +308,7 @@ def test_gemma_query_scale_is_llama_cpps(arch, layers, d, tau, head_dim, scalar)
     raw = config_dict(meta, {}, "GGUF file 'x.gguf'")
     assert raw.get("query_pre_attn_scalar", head_dim) == scalar
     c = config_from_dict(raw, "x")
-    assert c.d_k == head_dim and c.opt("scale") == scalar**-0.5
+    assert c.d_k == head_dim and c.attention.scale == scalar**-0.5
 
 
 def test_unknown_architecture_lists_the_supported_ones(tmp_path, libs):

@@ -100,7 +100,7 @@ def test_greedy_generation_probabilities_and_the_cache(pair, exact, prompt):
         out = ref.generate(torch.tensor([ids]), max_new_tokens=20, do_sample=False, output_attentions=True,
                            return_dict_in_generate=True)  # fmt: skip
     want = out.sequences[0, len(ids) :].tolist()
-    gen = generate(ours, prompt_tokens(ids), 20, eos=ours.config.opt("eos"))  # as qkv generate stops
+    gen = generate(ours, prompt_tokens(ids), 20, eos=ours.config.eos)  # as qkv generate stops
     got = gen.step_ids.tolist()
     assert got == want[: len(got)] and len(got) == len(want)  # the same ids, and the same stop (EOS or 20)
     full = list(ids) + got

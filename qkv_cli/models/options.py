@@ -1,0 +1,124 @@
+"""A RoPE decoder's options, one frozen dataclass per concern, built by decoder_config.read and checked here.
+
+    Attention   scale, biases of W^q, W^k, W^v and W^o, QK-norm, layer types and window, soft-capping
+    Positions   the RoPE of each layer type, and the layers without RoPE (NoPE)
+    Mlp         gated or not, biases, parallel residual
+    Norms       RMSNorm (offset 1 for Gemma) or LayerNorm, and where the norms sit (the layout)
+    Embeddings  tensor naming, the embedding scale, a tied output head, the final soft-cap
+
+A misspelt option is an AttributeError at the line that reads it, never a silent None; a bad value is a QkvError
+at construction (the config reader adds where it came from).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models.rope import Rope
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+QK_NORMS = (None, "head", "flat")  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
+NORM_KINDS = ("rms", "rms1p", "layer")
+LAYOUTS = ("llama", "gemma", "olmo2", "neox")  # decoder_names.NORMS has each
+NAMINGS = ("llama", "neox")
+
+
+def _positive(name: str, value, none_ok: bool = True) -> None:
+    if value is None and none_ok:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (math.isfinite(value) and value > 0):
+        raise QkvError(f"{name} must be a positive number, got {value!r}")
+
+
+def _choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise QkvError(f"{name} {value!r} is not supported: use one of {', '.join(map(str, choices))}")
+
+
+@dataclass(frozen=True)
+class Attention:
+    scale: float  # multiplies Q K^T (1/sqrt(d_k), or the family's own)
+    qkv_bias: bool = False
+    o_bias: bool = False
+    qk_norm: str | None = None  # QK_NORMS
+    layer_types: tuple[str, ...] = ()  # one per layer: SLIDING or FULL
+    sliding_window: int | None = None  # n_c on sliding layers
+    softcap: float | None = None  # tanh(S / c) c before the mask (Gemma 2)
+
+    def __post_init__(self):
+        _positive("the attention scale", self.scale, none_ok=False)
+        _choice("QK-norm", self.qk_norm, QK_NORMS)
+        for name in ("qkv_bias", "o_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise QkvError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if any(t not in (SLIDING, FULL) for t in self.layer_types):
+            raise QkvError(f"layer types must be {SLIDING!r} or {FULL!r}, got {self.layer_types!r}")
+        w = self.sliding_window
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise QkvError(f"'sliding_window' must be at least 1, got {w!r}")
+        _positive("'attn_logit_softcapping'", self.softcap)
+
+
+@dataclass(frozen=True)
+class Positions:
+    ropes: dict = field(default_factory=dict)  # layer type or "" (every layer) -> Rope
+    no_rope: tuple[int, ...] = ()  # layers that use no RoPE at all (SmolLM3's NoPE layers), 0-based
+
+    def __post_init__(self):
+        if "" not in self.ropes or not all(isinstance(r, Rope) for r in self.ropes.values()):
+            raise QkvError("a RoPE decoder needs a RoPE for every layer (the key '')")
+        if any(isinstance(l, bool) or not isinstance(l, int) or l < 0 for l in self.no_rope):
+            raise QkvError(f"NoPE layers must be layer indices, got {self.no_rope!r}")
+
+    def of(self, layer_type: str, layer: int) -> Rope | None:
+        """The RoPE of a layer (None: a NoPE layer); Gemma 3's sliding layers have a base of their own."""
+        if layer in self.no_rope:
+            return None
+        return self.ropes.get(layer_type, self.ropes[""])
+
+
+@dataclass(frozen=True)
+class Mlp:
+    gated: bool = True  # W_down (act(W_gate x) * W_up x); else W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
+    bias: bool = False
+    parallel_residual: bool = False  # GPT-NeoX: x' = MLP(N_2(x)) + Att(N_1(x)) + x
+
+    def __post_init__(self):
+        for name in ("gated", "bias", "parallel_residual"):
+            if not isinstance(getattr(self, name), bool):
+                raise QkvError(f"the MLP's {name} must be true or false, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class Norms:
+    kind: str = "rms"  # NORM_KINDS: "rms1p" is Gemma's x_norm (1 + w)
+    layout: str = "llama"  # LAYOUTS: where the norms sit in a block
+
+    def __post_init__(self):
+        _choice("norm kind", self.kind, NORM_KINDS)
+        _choice("norm layout", self.layout, LAYOUTS)
+
+    @property
+    def offset(self) -> float:
+        return 1.0 if self.kind == "rms1p" else 0.0
+
+    @property
+    def biased(self) -> bool:  # LayerNorm has a shift
+        return self.kind == "layer"
+
+
+@dataclass(frozen=True)
+class Embeddings:
+    names: str = "llama"  # NAMINGS: Hugging Face's tensor names (GPT-NeoX has its own)
+    scale: float | None = None  # E[ids] * scale (Gemma: sqrt(d))
+    tied: bool = False  # the output head is E
+    final_softcap: float | None = None  # tanh(z / c) c on the logits (Gemma 2)
+
+    def __post_init__(self):
+        _choice("tensor naming", self.names, NAMINGS)
+        _positive("the embedding scale", self.scale)
+        _positive("'final_logit_softcapping'", self.final_softcap)
+        if not isinstance(self.tied, bool):
+            raise QkvError(f"'tie_word_embeddings' must be true or false, got {self.tied!r}")
