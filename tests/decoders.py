@@ -38,6 +38,9 @@ CASES = {
     "gpt_neox-sequential": ("gpt_neox", {"num_attention_heads": 2, "use_parallel_residual": False,
                                          "partial_rotary_factor": 0.5}),
     "olmo2": ("olmo2", {"rms_norm_eps": 1e-5}),
+    "smollm3": ("smollm3", {"num_hidden_layers": 4, "no_rope_layer_interval": 2, "use_sliding_window": True,
+                            "sliding_window": 5, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "smollm3-list": ("smollm3", {"no_rope_layers": [1, 0, 0], "tie_word_embeddings": True}),
 }  # fmt: skip
 
 
@@ -46,6 +49,8 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
+    if model_type == "smollm3":  # its defaults are Llama 3's token ids, outside the tiny vocabulary
+        values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
 

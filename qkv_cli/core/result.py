@@ -37,6 +37,7 @@ class ModelInfo:
     layer_type: str = ""  # e.g. "sliding_attention" or "full_attention"; "" for families with one kind
     window: int | None = None  # the layer's sliding window n_c, if it has one
     attention_input: str = "the layer input"  # what H is for this family's attention, in words
+    rope: bool | None = None  # a RoPE decoder's layer: whether it turns Q and K (False: a NoPE layer, SmolLM3)
 
 
 @dataclass

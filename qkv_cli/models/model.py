@@ -112,8 +112,9 @@ class Model:
             return ModelInfo(self.name, c.family, c.n_layers, fam.layer_mask(c, 0).is_causal,
                              attention_input=fam.ATTENTION_INPUT)  # fmt: skip
         spec = fam.layer_mask(c, layer)
+        rope = None if c.rope is None else layer not in c.rope.no_rope
         return ModelInfo(self.name, c.family, c.n_layers, spec.is_causal, layer, fam.layer_type(c, layer), spec.window,
-                         fam.ATTENTION_INPUT)  # fmt: skip
+                         fam.ATTENTION_INPUT, rope)  # fmt: skip
 
     def parameters(self) -> list[Param]:
         return self.family.parameter_table(self.config)

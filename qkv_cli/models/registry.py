@@ -34,6 +34,7 @@ FAMILIES = {
     "gemma3_text": "qkv_cli.models.gemma3",
     "gpt_neox": "qkv_cli.models.gpt_neox",
     "olmo2": "qkv_cli.models.olmo2",
+    "smollm3": "qkv_cli.models.smollm3",
 }
 
 

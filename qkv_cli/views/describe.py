@@ -19,6 +19,7 @@ def settings_line(result: Result) -> str:
         mask = ("causal" if info.causal else "bidirectional") + (f" window n_c={info.window}" if info.window else "")
         kv = f" G={result.G}" if result.G != result.tau else ""
         kind = f" ({info.layer_type})" if info.layer_type else ""
+        kind += " no RoPE (NoPE layer)" if info.rope is False else ""
         return (
             f"{clean(info.name)} ({info.family}) layer {info.layer} of 0..{info.n_layers - 1}{kind}: "
             f"m={len(result.labels)} d={result.d} tau={result.tau}{kv} d_k={result.d_k} scale={result.scale:.4g} "
@@ -38,6 +39,7 @@ def figure_title(result: Result, heads) -> str:
     if result.model is not None:
         info = result.model
         kind = f" ({info.layer_type.replace('_attention', '')})" if info.layer_type else ""
+        kind += " no RoPE" if info.rope is False else ""
         return f"{clean(info.name)}, layer {info.layer}{kind}: {shown}"
     s = result.settings
     if result.kind == Kind.BAND:

@@ -105,7 +105,7 @@ def settings_dict(result: Result) -> dict:
         return {"d": result.d, "tau": result.tau, "d_k": result.d_k, "kernel": result.kernel,
                 "causal": info.causal, "scale": result.scale, "dtype": result.dtype, "name": info.name,
                 "family": info.family, "layer": info.layer, "layers": info.n_layers, "kv_heads": result.G,
-                "layer_type": info.layer_type, "window": info.window}  # fmt: skip
+                "layer_type": info.layer_type, "window": info.window, "rope": info.rope}  # fmt: skip
     s = result.settings
     return {
         "d": s.d, "tau": s.tau, "d_k": s.d_k, "seed": s.seed, "kernel": s.kernel, "causal": s.causal_mask,

@@ -76,7 +76,7 @@ def test_float64_attention_matches_a_float64_transformers(name, built, torch, tr
     np.testing.assert_allclose(run.last_hidden_state, hidden, atol=1e-9, rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["mistral", "qwen2", "gemma2", "gemma3_text"])
+@pytest.mark.parametrize("name", ["mistral", "qwen2", "gemma2", "gemma3_text", "smollm3"])
 def test_sliding_layers_keep_only_the_window(name, built):
     folder, _ = built(name)
     model = load_model(folder, dtype="float64")
@@ -176,3 +176,41 @@ def test_untied_output_head_is_read_once_on_first_use_not_ahead(built, monkeypat
     head = load_file(folder / "model.safetensors")["lm_head.weight"].astype(np.float64)  # the file's own matrix
     np.testing.assert_allclose(z1, out.last_hidden_state @ head.T, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(z1, z2)
+
+
+def test_smollm3_nope_layers_turn_nothing_and_say_so(built):
+    """SmolLM3's NoPE layers (every 2nd here): Q and K unrotated (no pre-RoPE copy), named in the header and shapes;
+    the RoPE layers turn as usual."""
+    folder, model = built("smollm3")
+    ours = load_model(folder, dtype="float64")
+    assert ours.config.rope.no_rope == (1, 3) == tuple(i for i, v in enumerate(model.config.no_rope_layers) if not v)
+    run = ours.forward(ids_for(11, 2), layers="all")
+    for layer, det in run.layers.items():
+        assert (det.Q_pre_rope is None) == (layer in (1, 3)) and det.model.rope is (layer not in (1, 3))
+    text = "the cat sat on the mat because it was warm"
+    r = CliRunner().invoke(app, ["run", text, "--model", str(folder), "--layer", "3", "--head", "0"])
+    assert r.exit_code == 0, r.output
+    assert "layer 3 of 0..3 (sliding_attention) no RoPE" in r.output
+    r = CliRunner().invoke(app, ["shapes", "--model", str(folder), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["nope_layers"] == [1, 3]
+
+
+@pytest.mark.parametrize(
+    "changes,fragment",
+    [
+        ({"no_rope_layers": [1, 0, 1, 1, 0]}, "'no_rope_layers' lists 5 layers but the model has 3"),
+        ({"no_rope_layers": [1, 2, 1]}, "'no_rope_layers' must list 1 (RoPE) or 0"),
+        ({"no_rope_layers": None, "no_rope_layer_interval": 0}, "'no_rope_layer_interval' must be at least 1"),
+    ],
+)
+def test_bad_nope_keys_are_one_line_exit_2_before_weights(changes, fragment, built, tmp_path):
+    folder, _ = built("smollm3-list")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    raw = json.loads((folder / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(raw | changes))
+    (bad / "model.safetensors").write_bytes(b"not read")  # refused before the weights are opened
+    (bad / "tokenizer.json").write_text((folder / "tokenizer.json").read_text())
+    r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
+    assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
