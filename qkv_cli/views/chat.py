@@ -20,7 +20,7 @@ def describe(prompt) -> str:
     m = len(prompt.tokens)
     head = f"--chat: {clean(prompt.source)} gave m = {m} tokens"
     if not prompt.found:
-        return f"{head}; TEXT does not appear verbatim in it (trimmed, escaped or dropped), so its own tokens are not counted apart"
+        return f"{head}; TEXT is not in it verbatim (trimmed, escaped or dropped): its own tokens are not counted"
     n_text = m - prompt.n_before - prompt.n_after
     line = (f"{head}: {prompt.n_before} before TEXT ('{shown(prompt.before)}'), {n_text} of TEXT, "
             f"{prompt.n_after} after ('{shown(prompt.after)}')")  # fmt: skip
