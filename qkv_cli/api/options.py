@@ -17,7 +17,9 @@ FIXED_BY_CHECKPOINT = {
 }  # fmt: skip
 NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "generate": "lets a decoder write with",
                     "predict": "reads the output head of", "logit_lens": "reads the output head of",
-                    "chat": "uses the chat template of"}  # fmt: skip
+                    "chat": "uses the chat template of", "system": "is a message in the chat template of",
+                    "no_system": "empties the system message in the chat template of",
+                    "chat_template": "replaces the chat template of"}  # fmt: skip
 
 
 def check_checkpoint_policy(values: dict, explicit) -> None:
@@ -35,6 +37,18 @@ def check_checkpoint_policy(values: dict, explicit) -> None:
         raise QkvError(
             f"{clash[0]} cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask"
         )
+
+
+def chat_of(values: dict):
+    """chat, system, no_system, chat_template as one pipeline.chat.Chat; None when none is given (any of the last
+    three implies chat)."""
+    if not (values.get("chat") or values.get("no_system")) and values.get("system") is None \
+            and values.get("chat_template") is None:  # fmt: skip
+        return None
+    from qkv_cli.pipeline.chat import Chat
+
+    no_system, template = bool(values.get("no_system")), values.get("chat_template")
+    return Chat(system=values.get("system"), no_system=no_system, template_file=template)
 
 
 def size_of(value) -> int | None:
@@ -74,6 +88,6 @@ def request(values: dict, text=None, default=None, **extra):
         layers=tuple(values.get("layer") or ()), download=bool(values.get("download")),
         max_memory=size_of(values.get("max_memory")), generate=values.get("generate") or 0,
         temperature=values.get("temperature") or 0.0, top_k=values.get("top_k") or 0, sample_seed=value("seed", 0),
-        chat=bool(values.get("chat")), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
+        chat=chat_of(values), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
     )  # fmt: skip
     return Request(**(fields | extra))

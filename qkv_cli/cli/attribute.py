@@ -3,6 +3,7 @@
 from qkv_cli.cli.app import app
 from qkv_cli.cli.options import (
     BUDGET,
+    CHAT,
     CHECKPOINT,
     CROSS,
     MASKS,
@@ -26,14 +27,14 @@ VALUE_NORM = Method("value-norm")  # the default: the one method that also works
 @app.command(
     epilog="Example: qkv attribute 'The cat sat on the mat.' --method value-norm --heads 4 (or --model M, any method)"
 )
-@takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, BUDGET)
+@takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, CHAT, BUDGET)
 def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NORM,
               head_fusion: HeadFusionOpt = None, head: HeadOpt = None, precision: PrecisionOpt = 2,
               format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None):  # fmt: skip
     """How much each key moves each query, beside the raw weights: rollout, value norms or value zeroing.
 
     --layer L (default the last) is the layer attributed (rollout: up to it). With no TEXT, a sample sentence."""
-    from qkv_cli.cli.commands import prepare, sample
+    from qkv_cli.cli.commands import noted, prepare, sample
     from qkv_cli.pipeline.attribution import attributed_heads
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.files import check_output_path
@@ -44,4 +45,4 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
     req = request(opts, text, sample(), method=(method or VALUE_NORM).value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
-    emit(compute(req, model), None, attributed_heads(req.method, head, heads), precision, format.value, save_npz)
+    emit(noted(compute(req, model)), None, attributed_heads(req.method, head, heads), precision, format.value, save_npz)

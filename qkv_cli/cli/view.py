@@ -6,7 +6,7 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.app import app
-from qkv_cli.cli.commands import DRAWN, prepare, sample
+from qkv_cli.cli.commands import DRAWN, noted, prepare, sample
 from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
 from qkv_cli.cli.params import Opts, request, takes
 
@@ -35,7 +35,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
 
         layer = check_layer(opts.layer[0], model.config.n_layers) if opts.layer else None
         options = {"kv_heads": model.config.G, "layer": layer}
-    typer.echo(save_page(compute(req, model), out, **options))
+    typer.echo(save_page(noted(compute(req, model)), out, **options))
     if open_:
         import webbrowser
 

@@ -79,6 +79,7 @@ class Result:
     rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
     qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
     model: ModelInfo | None = None
+    chat: object = None  # pipeline.chat.Prompt: what --chat's template put around the text (None without)
     # MODEL: the whole forward pass
     layers: dict = field(default_factory=dict)  # layer -> LAYER Result, for the chosen layers
     attentions: np.ndarray | None = None  # (L, tau, m, m)

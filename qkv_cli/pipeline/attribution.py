@@ -140,11 +140,13 @@ def of_layer(result: Result, req) -> Result:
 def of_model(model, text: str, req) -> Result:
     """rollout, value-norm or value-zeroing of layer --layer (default the last) of a checkpoint, on `text`."""
     from qkv_cli.models import estimate_bytes
+    from qkv_cli.pipeline.chat import prompt
     from qkv_cli.pipeline.checkpoint import chosen_layers
 
     c, kernel = model.config, req.settings.kernel
     L = chosen_layers(model, req.layers, False)[0]
-    tokens = model.tokenize(text)
+    said = prompt(model, text, req.chat)
+    tokens = said.tokens
     m, item = len(tokens), model.dtype.itemsize
     extra = {"rollout": 16 * m * m, "value-norm": 8 * (c.n_heads * m * c.d + 2 * c.n_heads * m * m) + CHUNK_BYTES,
              "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.method]  # fmt: skip
@@ -152,7 +154,13 @@ def of_model(model, text: str, req) -> Result:
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     budget.check_budget(needed, limit, HINTS, what=f"--method {req.method}")
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
-    out = replace(run.layers[L], kind=Kind.ATTRIBUTION, method=req.method, ids=run.ids)
+    out = replace(
+        run.layers[L],
+        kind=Kind.ATTRIBUTION,
+        method=req.method,
+        ids=run.ids,
+        chat=said if req.chat is not None else None,
+    )
     if req.method == "rollout":
         out.head_fusion = req.head_fusion or "mean"
         out.attribution = rollout(run.attentions, L, out.head_fusion)

@@ -29,13 +29,18 @@ def chosen_layers(model, layers, all_layers: bool) -> list[int]:
 
 
 def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "vectorized",
-        max_memory: int | None = None, detail: bool = True) -> Result:  # fmt: skip
-    """Forward `text`: a MODEL Result with a LAYER Result for each chosen layer (none without detail)."""
+        max_memory: int | None = None, detail: bool = True, chat=None) -> Result:  # fmt: skip
+    """Forward `text` (in a chat template with chat): a MODEL Result with a LAYER Result for each chosen layer
+    (none without detail)."""
     from qkv_cli.models import estimate_bytes
+    from qkv_cli.pipeline.chat import prompt
 
     chosen = chosen_layers(model, layers, all_layers) if detail else []
-    tokens = model.tokenize(text)
+    said = prompt(model, text, chat)
+    tokens = said.tokens
     limit = budget.default_max_memory() if max_memory is None else max_memory
     needed = model.weights_bytes + estimate_bytes(model.config, len(tokens), model.dtype, len(chosen))
     budget.check_budget(needed, limit, HINTS)
-    return model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=chosen, kernel=kernel, tokens=tokens)
+    out = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=chosen, kernel=kernel, tokens=tokens)
+    out.chat = said if chat is not None else None
+    return out

@@ -55,7 +55,7 @@ def compute(req: Request, model=None) -> Result:
         model = load_model(req) if model is None else model
         if req.generate:
             return generation(req, model)
-        run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory)
+        run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory, chat=req.chat)
         if req.predict or req.logit_lens:
             from qkv_cli.pipeline.predict import predict
 
@@ -91,13 +91,11 @@ def generation(req: Request, model) -> Result:
     from qkv_cli.pipeline import chat
     from qkv_cli.pipeline.generate import generate
 
-    text = read_text(req)
-    if req.chat:
-        prompt = model.tokenize(chat.render(model, text, chat.specials(model)), special=False)
-    else:
-        prompt = model.tokenize(text)
-    return generate(model, prompt, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
-                    req.max_memory, eos=model.config.eos)  # fmt: skip
+    said = chat.prompt(model, read_text(req), req.chat)
+    out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
+                   req.max_memory, eos=model.config.eos)  # fmt: skip
+    out.chat = said if req.chat is not None else None
+    return out
 
 
 def compute_each(req: Request) -> list[Result]:
@@ -112,14 +110,15 @@ def compute_each(req: Request) -> list[Result]:
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     if req.model is not None:
         from qkv_cli.models import estimate_bytes
+        from qkv_cli.pipeline.chat import prompt
 
         model = load_model(req)
-        sizes = [len(model.tokenize(t)) for t in texts]
+        sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]
         kept = sum(model.config.n_layers * model.config.n_heads * m * m * model.dtype.itemsize for m in sizes)
         peak = max(estimate_bytes(model.config, m, model.dtype) for m in sizes)
         budget.check_budget(model.weights_bytes + kept + peak, limit, "fewer or shorter lines, or --dtype float32")
-        return [checkpoint.run(model, t, kernel=req.settings.kernel, max_memory=req.max_memory, detail=False)
-                for t in texts]  # fmt: skip
+        return [checkpoint.run(model, t, kernel=req.settings.kernel, max_memory=req.max_memory, detail=False,
+                               chat=req.chat) for t in texts]  # fmt: skip
     more = extras(req)
     if len(texts) > 1:
         from qkv_cli.text.tokens import tokenize
@@ -135,6 +134,6 @@ def induction_probe(req: Request) -> Result:
 
     if req.model is None:
         raise QkvError("--induction-probe needs --model: it draws tokens from a real checkpoint's vocabulary")
-    if req.text is not None or req.file is not None:
-        raise QkvError("--induction-probe makes its own text: drop TEXT and --file")
+    if req.text is not None or req.file is not None or req.chat is not None:
+        raise QkvError("--induction-probe makes its own text: drop TEXT, --file and --chat")
     return probe.run(load_model(req), req.induction_probe, req.settings.seed, req.settings.kernel, req.max_memory)

@@ -30,6 +30,7 @@ class MaskGrid:
     model: dict | None = None  # {"name", "family"} of a checkpoint whose own tokens these are
     layer: int | None = None
     layer_type: str = ""
+    chat: object = None  # pipeline.chat.Prompt with --chat
     allowed: np.ndarray = field(init=False)
 
     def __post_init__(self):
@@ -76,11 +77,14 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
     return MaskGrid(labels, key_labels, masks.rule_grids(spec, m, n), window)
 
 
-def for_model(model, text: str, layers=()) -> list[MaskGrid]:
-    """A checkpoint's own Mask over its own tokens, one grid per chosen layer (default: each kind of layer once)."""
+def for_model(model, text: str, layers=(), chat=None) -> list[MaskGrid]:
+    """A checkpoint's own Mask over its own tokens (in a chat template with chat), one grid per chosen layer
+    (default: each kind of layer once)."""
     from qkv_cli.models import select_layers
+    from qkv_cli.pipeline.chat import prompt
 
-    labels = list(model.tokenize(text).labels)
+    said = prompt(model, text, chat)
+    labels = list(said.tokens.labels)
     m = len(labels)
     check_cells(m, m)
     c, fam = model.config, model.family
@@ -89,9 +93,8 @@ def for_model(model, text: str, layers=()) -> list[MaskGrid]:
     out = []
     for layer in chosen:
         spec = fam.layer_mask(c, layer)
-        grid = MaskGrid(
-            labels, labels, masks.rule_grids(spec, m, m), spec.window, info, layer, fam.layer_type(c, layer)
-        )
+        grid = MaskGrid(labels, labels, masks.rule_grids(spec, m, m), spec.window, info, layer,
+                        fam.layer_type(c, layer), said if chat is not None else None)  # fmt: skip
         out.append(grid)
     return out
 

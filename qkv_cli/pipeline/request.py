@@ -30,7 +30,7 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: every token may be sampled
     sample_seed: int = 0
-    chat: bool = False  # wrap the text in the model's chat template
+    chat: object = None  # pipeline.chat.Chat: wrap the text in a chat template (None: the text as it is)
     predict: bool = False  # the next-token predictions at every position
     logit_lens: bool = False  # ... after every layer
     method: str | None = None  # qkv attribute / heatmap --method: one of METHODS (pipeline.attribution)
