@@ -6,7 +6,7 @@ import typer
 
 from qkv_cli.cli.app import app
 
-NumberArg = Annotated[int | None, typer.Argument(help="The question to run, 1..7 (default: all of them).")]
+NumberArg = Annotated[int | None, typer.Argument(metavar="N", help="The question to run, 1..7 (default: all of them).")]
 ListOpt = Annotated[bool, typer.Option("--list", help="List the questions and stop.")]
 
 
