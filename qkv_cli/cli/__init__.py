@@ -5,6 +5,7 @@ from qkv_cli.cli import (
     attribute,  # noqa: E402,F401  (qkv attribute: rollout, value norms, value zeroing)
     commands,  # noqa: E402,F401  (registers the commands on `app`)
     generate,  # noqa: E402,F401
+    learn,  # noqa: E402,F401  (qkv learn: the seven questions)
     view,  # noqa: E402,F401  (qkv view: the HTML page)
 )
 from qkv_cli.cli.app import app, fail, main

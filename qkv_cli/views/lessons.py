@@ -1,0 +1,144 @@
+"""`qkv learn`: the seven textbook questions about Q, K and V, each a live qkv command and what to read in it.
+
+The lessons are data: a question, the commands that answer it (run live by the CLI, never pasted), and two
+sentences on what to look at in the output. Light on purpose: no numpy, no rich."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from qkv_cli.errors import QkvError
+
+SENTENCE = "The cat sat on the mat because it was warm."
+
+
+@dataclass(frozen=True)
+class Lesson:
+    number: int
+    question: str
+    commands: tuple[tuple[str, ...], ...]  # each one qkv command's arguments, without the leading `qkv`
+    reading: str  # two sentences: what to read in the output
+
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson(
+        1,
+        "For 30 tokens of 512-dimensional vectors, what are the dimensions of V?",
+        (("shapes", "--d", "512", "--tau", "8", "--m", "30"),),
+        "With tau = 8 heads each head's V^[j] = H W_j^v is m x d_k = 30 x 64 (d_k = d / tau = 512 / 8), and the "
+        "`x8` column says there are eight of them. Concatenated, the heads are 30 x 512 again, and W^o (512 x 512) "
+        "maps them back to the model width.",
+    ),
+    Lesson(
+        2,
+        "How are Q, K and V computed from the input?",
+        (("explain", "the cat sat", "--query", "2", "--causal"),),
+        "Each key t gets the dot product q_2 . k_t, times the scale 1/sqrt(d_k), plus its Mask entry; the softmax "
+        "of those scores gives alpha_2,t. The head's output for query 2 is the weighted sum of the rows of V, "
+        "each term shown: run `qkv explain` without --query for every step from H to the output.",
+    ),
+    Lesson(
+        3,
+        "What do the learned projections buy over comparing the raw vectors?",
+        (("heads", SENTENCE, "--d", "64", "--tau", "2", "--projection", "identity"),),
+        "With identity projections Q = K = V are slices of H, so a token's score with itself, |h_i|^2, beats every "
+        "other score: both heads come out as `self` (self share near 1). Learned (here: random, "
+        "`--projection random`) projections compare a query view with a different key view, so a token can attend "
+        "elsewhere.",
+    ),
+    Lesson(
+        4,
+        "Why divide by sqrt(d_k)?",
+        tuple(("heads", SENTENCE, "--d", "512", "--tau", "2", "--scale", s) for s in ("auto", "none", "sqrt")),
+        "Two d_k-dimensional vectors with unit-variance entries have a dot product of variance d_k, so at d_k = 256 "
+        "the unscaled scores (`--scale none`) saturate the softmax: entropy near 0, max weight near 1. The `grad` "
+        "column, sum alpha (1 - alpha), falls to 0 with it, so no gradient would reach Q and K; `--scale sqrt`, "
+        "the misprint that multiplies, is worse still.",
+    ),
+    Lesson(
+        5,
+        "What do the causal mask and the sliding window change?",
+        (("mask", "--causal", "--window", "3"),),
+        "`C` marks the keys after the query (the causal mask, V_<=i) and `W` the keys older than the n_c = 3 most "
+        "recent (the window, V_[i-n_c+1, i]); each removed cell is -inf in the Mask, so its weight is exactly 0. "
+        "Every row keeps at most n_c keys, which is why a window makes long texts cost O(m n_c) instead of O(m^2).",
+    ),
+    Lesson(
+        6,
+        "Self- vs cross-attention: where do Q, K and V come from?",
+        (
+            (
+                "run",
+                "the cat sat",
+                "--context",
+                "le chat dort",
+                "--d",
+                "8",
+                "--tau",
+                "2",
+                "--head",
+                "0",
+                "--show",
+                "q,k,weights",
+            ),
+        ),  # fmt: skip
+        "The rows of Q^[0] are the text's tokens, the rows of K^[0] the context's: Q = X W^q, K = Y W^k, "
+        "V = Y W^v. The weights are m x n, queries from one text and keys from the other; self-attention is the "
+        "case X = Y.",
+    ),
+    Lesson(
+        7,
+        "The weights highlight the right words but the output carries no meaning: which matrix is to blame?",
+        (
+            (
+                "run",
+                "the cat sat",
+                "--d",
+                "8",
+                "--tau",
+                "2",
+                "--head",
+                "0",
+                "--show",
+                "weights,output",
+                "--ablate",
+                "v",
+            ),
+        ),  # fmt: skip
+        "Zeroing V changes the output but leaves Q, K, the scores and the weights exactly as they were "
+        "(`unchanged: Q, K, scores, weights`): V only enters the output. So weights that look right say nothing "
+        "about whether the values carry meaning: blame W^v (or W^o), never the weights.",
+    ),
+)
+
+
+def lesson(number: int) -> Lesson:
+    for item in LESSONS:
+        if item.number == number:
+            return item
+    raise QkvError(f"no lesson {number}: the lessons are 1..{len(LESSONS)} (qkv learn --list)")
+
+
+def command_line(args: tuple[str, ...]) -> str:
+    """The command as a user would type it, quoted for a POSIX shell."""
+    import shlex
+
+    return "qkv " + " ".join(shlex.quote(a) for a in args)
+
+
+def listing() -> str:
+    lines = [f"{item.number}. {item.question}" for item in LESSONS]
+    lines.append("")
+    lines.append("qkv learn N runs lesson N; qkv learn runs them all.")
+    return "\n".join(lines)
+
+
+def reading(item: Lesson, width: int) -> str:
+    """What to read in the output, wrapped to the terminal's width."""
+    import textwrap
+
+    return textwrap.fill(f"What to read: {item.reading}", width=max(40, min(width, 100)))
+
+
+def heading(item: Lesson) -> str:
+    return f"Question {item.number} of {len(LESSONS)}: {item.question}"
