@@ -53,12 +53,13 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
     torch.manual_seed(seed)
     config = transformers.AutoConfig.for_model(model_type, vocab_size=VOCAB, **keys)
     model = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager")
+    std = {"t5": 0.2, "marian": 0.5}.get(model_type, 0.3)  # T5 does not divide by sqrt(d_k): smaller weights, as peaked
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "embed_positions" in pname:
                 continue  # Marian's sinusoids, BART's learned table: as built
             base = 1.0 if ("norm" in pname and "weight" in pname) else 0.0
-            p.copy_(torch.randn_like(p) * (0.3 if base == 0.0 else 0.2) + base)
+            p.copy_(torch.randn_like(p) * (std if base == 0.0 else 0.2) + base)
     model.eval()
     model.generation_config.forced_eos_token_id = None
     model.save_pretrained(folder, safe_serialization=True)
