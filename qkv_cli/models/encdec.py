@@ -24,10 +24,13 @@ from qkv_cli.core.numerics import softmax_
 from qkv_cli.models.layers import ACTIVATIONS, Linear, layer_norm, rms_norm
 
 
-def make_model(*args, **kwargs):  # the loader builds an encoder-decoder model through this (models.load)
-    from qkv_cli.models.encdec_model import EncDecModel
+def layer_mask(c, layer: int):  # qkv mask --model reads one stack's rule: an encoder-decoder has three
+    from qkv_cli.errors import QkvError
 
-    return EncDecModel(*args, **kwargs)
+    raise QkvError(
+        f"{c.name} is an encoder-decoder: its masks are none (encoder), causal (decoder) and none (cross); "
+        "see them with qkv run SOURCE --model M --target TEXT --attention decoder --show mask"
+    )
 
 
 @dataclass

@@ -7,6 +7,7 @@ from qkv_cli.models.t5 import (  # noqa: F401  (the family's parts, re-exported)
     BASE,
     HEAD,
     PREFIXES,
+    make_model,
     parameter_table,
     prepare,
     read_config,

@@ -12,6 +12,7 @@ from qkv_cli.errors import QkvError
 from qkv_cli.models import encdec as BASE
 from qkv_cli.models.config import Param
 from qkv_cli.models.encdec import FeedForward, Layer, Norm, Options, Params, Projections, Stack
+from qkv_cli.models.encdec_model import EncDecModel as make_model  # noqa: F401  (models.load builds it)
 from qkv_cli.models.layers import Linear
 
 MODEL_TYPE = "t5"
