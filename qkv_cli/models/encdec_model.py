@@ -45,15 +45,15 @@ class EncDecModel(Model):
 
     @property
     def dec_layers(self) -> int:
-        return self.config.opt("dec_layers")
+        return self.config.seq2seq.dec_layers
 
     @property
     def dec_heads(self) -> int:
-        return self.config.opt("dec_heads")
+        return self.config.seq2seq.dec_heads
 
     @property
     def start_id(self) -> int:
-        return self.config.opt("start")
+        return self.config.seq2seq.start
 
     def n_layers(self, attention: str) -> int:
         return self.config.n_layers if attention == "encoder" else self.dec_layers
@@ -96,7 +96,7 @@ class EncDecModel(Model):
 
     def check_decoder(self, ids) -> np.ndarray:
         c = self.config
-        return self.check_ids(ids, "target", c.opt("dec_positions"), c.opt("dec_positions_key"))
+        return self.check_ids(ids, "target", c.seq2seq.dec_positions, c.seq2seq.dec_positions_key)
 
     def encode(self, ids, change=None):  # [n] -> Y [n, d], per layer Attended
         """The encoder: bidirectional self-attention (a single text: nothing masked)."""
@@ -187,7 +187,7 @@ class EncDecModel(Model):
         from qkv_cli.models.cache import LayerCache
 
         src = self.check_source(source_ids)
-        limit = self.config.opt("dec_positions")
+        limit = self.config.seq2seq.dec_positions
         steps = min(int(max_new), limit)
         Y, _ = self.encode(src)
         kv = self.cross_kv(Y)

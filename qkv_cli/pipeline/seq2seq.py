@@ -152,7 +152,7 @@ def generate(model, source: str, max_new: int, max_memory=None) -> Result:
     src = model.tokenize(source)
     limit = budget.default_max_memory() if max_memory is None else max_memory
     budget.check_budget(model.weights_bytes + estimate(model, len(src), max_new + 1), limit, HINTS)
-    ids, probs, rows = model.generate(src.ids, max_new, eos=model.config.opt("eos"))
+    ids, probs, rows = model.generate(src.ids, max_new, eos=model.config.eos)
     tok = model.tokenizer
     labels = tuple(tok.id_to_token(int(i)) or str(int(i)) for i in ids)
     written = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * len(ids), ids=tuple(int(i) for i in ids))

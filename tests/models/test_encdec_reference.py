@@ -81,7 +81,7 @@ def test_greedy_generation_matches_transformers_generate(name, built, torch):
     folder, model = built(name)
     ours = load_model(folder, dtype="float32")
     for src in SOURCES:
-        ids, probs, rows = ours.generate(src, 8, eos=ours.config.opt("eos"))
+        ids, probs, rows = ours.generate(src, 8, eos=ours.config.eos)
         with torch.no_grad():  # transformers' own cache mis-sizes a decoder deeper than its encoder: without it
             want = model.generate(torch.tensor([src]), max_new_tokens=8, do_sample=False, num_beams=1,
                                   use_cache=False)[0].tolist()  # fmt: skip
