@@ -19,7 +19,8 @@ NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "gener
                     "predict": "reads the output head of", "logit_lens": "reads the output head of",
                     "chat": "uses the chat template of", "system": "is a message in the chat template of",
                     "no_system": "empties the system message in the chat template of",
-                    "chat_template": "replaces the chat template of"}  # fmt: skip
+                    "chat_template": "replaces the chat template of", "target": "is the decoder's text of",
+                    "attention": "picks an attention of"}  # fmt: skip
 
 
 def check_checkpoint_policy(values: dict, explicit) -> None:
@@ -32,7 +33,10 @@ def check_checkpoint_policy(values: dict, explicit) -> None:
                 flag = "--" + name.replace("_", "-")
                 raise QkvError(f"{flag} needs --model: it {what} a real checkpoint (see qkv models)")
         return
-    clash = [flag for name, flag in FIXED_BY_CHECKPOINT.items() if name in explicit]
+    clash = [flag for name, flag in FIXED_BY_CHECKPOINT.items() if name in explicit
+             and not (name in ("ablate", "ablate_with") and "target" in explicit)  # an encoder-decoder's --ablate
+             and not (name == "n" and {"m", "tau", "text"} <= values.keys())]  # fmt: skip
+    # (qkv shapes --model --n: the source length of an encoder-decoder; pipeline.shapes refuses it for the others)
     if clash:
         raise QkvError(
             f"{clash[0]} cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask"
@@ -89,5 +93,6 @@ def request(values: dict, text=None, default=None, **extra):
         max_memory=size_of(values.get("max_memory")), generate=values.get("generate") or 0,
         temperature=values.get("temperature") or 0.0, top_k=values.get("top_k") or 0, sample_seed=value("seed", 0),
         chat=chat_of(values), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
+        target=values.get("target"), attention=value("attention"),
     )  # fmt: skip
     return Request(**(fields | extra))

@@ -5,6 +5,7 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.app import app
+from qkv_cli.cli.encdec import SEQ2SEQ
 from qkv_cli.cli.options import (
     ABLATION,
     BUDGET,
@@ -54,7 +55,7 @@ from qkv_cli.cli.options import (
 from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
 from qkv_cli.errors import QkvError
 
-EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET)
+EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET, SEQ2SEQ)
 DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
 
@@ -77,7 +78,10 @@ def prepare(req, head):
     from qkv_cli.pipeline.compute import load_model
 
     model = load_model(req) if req.model is not None else None
-    return model, parse_heads(head, req.settings.tau if model is None else model.config.n_heads)
+    tau = req.settings.tau if model is None else model.config.n_heads
+    if hasattr(model, "dec_heads"):  # an encoder-decoder: the heads of the attention shown
+        tau = model.n_heads(req.attention or "cross")
+    return model, parse_heads(head, tau)
 
 
 @app.command(epilog="Example: qkv run 'The animal did not cross the street because it was tired.' --heads 8 --causal")
@@ -146,7 +150,7 @@ def shapes(text: TextArg = None, *, opts: Opts, d: DOpt = 512, tau: TauOpt = 8,
 
     dtype = getattr(dtype, "value", dtype)
     if model is not None:
-        return emit(plan.for_model(model, text, m, dtype, download), format.value)
+        return emit(plan.for_model(model, text, m, dtype, download, n), format.value)
     context = get_context(context, context_file, text == "-")
     emit(plan.for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads, context), format.value)
 

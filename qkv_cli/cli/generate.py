@@ -50,14 +50,22 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
                                      "dtype": dtype}, opts.explicit), text, "The cat sat on the mat because",
                   generate=max_new_tokens)  # fmt: skip
     loaded = load_model(req)
-    heads = parse_heads(head, loaded.config.n_heads)
+    L, tau = loaded.config.n_layers, loaded.config.n_heads
+    if hasattr(loaded, "dec_layers"):  # an encoder-decoder: --layer and --head count the decoder's
+        L, tau = loaded.dec_layers, loaded.dec_heads
+    heads = parse_heads(head, tau)
     if layer is not None:
         from qkv_cli.models import check_layer
 
-        layer = check_layer(layer, loaded.config.n_layers)
+        layer = check_layer(layer, L)
     from qkv_cli.cli.commands import noted
 
-    emit(noted(compute(req, loaded)), layer, heads, precision, format.value, save_npz)
+    result = noted(compute(req, loaded))
+    if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
+        from qkv_cli.views.seq2seq import emit_generation
+
+        return emit_generation(result, layer, heads, precision, format.value, save_npz)
+    emit(result, layer, heads, precision, format.value, save_npz)
 
 
 _ = FileOpt

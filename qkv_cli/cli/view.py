@@ -9,6 +9,7 @@ from qkv_cli.cli.app import app
 from qkv_cli.cli.commands import DRAWN, noted, prepare, sample
 from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
 from qkv_cli.cli.params import Opts, request, takes
+from qkv_cli.errors import QkvError
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
 OpenOpt = Annotated[bool, typer.Option("--open", help="Also open the page in the web browser.")]
@@ -29,6 +30,9 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
+    if model is not None and hasattr(model, "dec_layers"):
+        raise QkvError(f"qkv view does not draw an encoder-decoder ({model.name}): use qkv heatmap or qkv run with "
+                       "--target and --attention encoder|decoder|cross")  # fmt: skip
     options = {}
     if req.generate and model is not None:  # a generation does not record G, nor which layer to show first
         from qkv_cli.models import check_layer

@@ -111,6 +111,9 @@ class Result:
     attribution_heads: np.ndarray | None = None  # (tau, m, n) where the method has heads: alpha^h_ij ||f^h(x_j)||
     value_norms: np.ndarray | None = None  # (tau, n) value-norm: ||f^h(x_j)||, f^h(x) = (x W^h_v + b^h_v) W^h_o
     head_fusion: str = ""  # rollout: how a layer's heads were fused (mean, max, min)
+    # an encoder-decoder's three attentions (pipeline.seq2seq): decoder_ids, encoder_attentions (L_enc, tau, n, n),
+    # decoder_attentions (L_dec, tau, m, m), cross_attentions (L_dec, tau, m, n), encoder_last_hidden_state (n, d)
+    seq2seq: dict | None = None
     cost: dict | None = None  # value-zeroing: {"passes", "bytes", "layer_pass_bytes"}
 
     @property

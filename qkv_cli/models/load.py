@@ -85,6 +85,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         params = family.prepare(weights, config, np.dtype(dtype))
     finally:
         weights.cancel()
-    model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
+    make = getattr(family, "make_model", Model)  # an encoder-decoder family builds its own kind of Model
+    model = make(config, path, dtype, params, name=name, tokenizer=tokenizer)
     model.weights_bytes = weights.nbytes(np.dtype(dtype).itemsize)
     return model

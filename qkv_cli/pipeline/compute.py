@@ -46,13 +46,17 @@ def load_model(req: Request):
 
 def compute(req: Request, model=None) -> Result:
     """The Result the request describes (see core.result.Kind)."""
-    from qkv_cli.pipeline import band, batch, checkpoint, dense
+    from qkv_cli.pipeline import band, batch, checkpoint, dense, seq2seq
 
     s = req.settings
     if req.method is not None:
         return attribution(req, model)
     if req.model is not None:
         model = load_model(req) if model is None else model
+        if not req.generate and (req.target is not None or req.attention is not None or seq2seq.is_encdec(model)):
+            seq2seq.check_model(model, req.target, req.attention)
+            return seq2seq.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
+                               req.all_layers, s, req.max_memory)  # fmt: skip
         if req.generate:
             return generation(req, model)
         run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory, chat=req.chat)
@@ -91,11 +95,22 @@ def generation(req: Request, model) -> Result:
     from qkv_cli.pipeline import chat
     from qkv_cli.pipeline.generate import generate
 
-    said = chat.prompt(model, read_text(req), req.chat)
+    text = read_text(req)
+    if seq2seq_model(model):
+        from qkv_cli.pipeline import seq2seq
+
+        return seq2seq.generate(model, text, req.generate, req.max_memory)
+    said = chat.prompt(model, text, req.chat)
     out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
                    req.max_memory, eos=model.config.eos)  # fmt: skip
     out.chat = said if req.chat is not None else None
     return out
+
+
+def seq2seq_model(model) -> bool:
+    from qkv_cli.pipeline.seq2seq import is_encdec
+
+    return is_encdec(model)
 
 
 def compute_each(req: Request) -> list[Result]:

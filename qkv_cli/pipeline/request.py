@@ -35,6 +35,8 @@ class Request:
     logit_lens: bool = False  # ... after every layer
     method: str | None = None  # qkv attribute / heatmap --method: one of METHODS (pipeline.attribution)
     head_fusion: str | None = None  # rollout: one of FUSIONS over the heads of a layer (None: mean)
+    target: str | None = None  # an encoder-decoder: the decoder reads its start token, then this text
+    attention: str | None = None  # an encoder-decoder: encoder, decoder or cross (None: cross)
     induction_probe: int = 0  # qkv heads: N seeded random tokens repeated twice instead of the text (0: the text)
 
     @property

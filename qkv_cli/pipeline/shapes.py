@@ -43,7 +43,7 @@ def for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads=None, context=None)
     return Shapes(d, tau, m, n, dtype, kv_heads, matrices(d, tau, m, n, kv_heads))
 
 
-def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
+def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | None = None) -> Shapes:
     """A checkpoint's real dimensions and parameters per matrix, from its config and its files' headers only."""
     import math
 
@@ -55,12 +55,21 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False) -> Shapes:
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
     c, stored = stored_tensors(resolve_model(spec, download=download))
     m = 30 if m is None else m
+    if n is not None and c.seq2seq is None:
+        raise QkvError("--n cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask")
+    if c.seq2seq is not None:  # an encoder-decoder: encoder, decoder and cross matrices
+        from qkv_cli.pipeline.seq2seq_shapes import encdec_matrices
+
+        mats = encdec_matrices(c, m, m if n is None else n)
+    else:
+        mats = None
     kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None
-    mats = matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k, scale=c.attention and c.attention.scale,
+    mats = mats or matrices(c.d, c.n_heads, m, None, kv, d_k=c.d_k, scale=c.attention and c.attention.scale,
                     softcap=c.attention and c.attention.softcap,
                     input_meaning=input_meaning(c))  # fmt: skip
     counted = sum(math.prod(t.shape) for name, t in stored.items() if t.is_float and not name.endswith(SKIP))
-    return Shapes(c.d, c.n_heads, m, None, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)
+    n = (m if n is None else n) if c.seq2seq is not None else None
+    return Shapes(c.d, c.n_heads, m, n, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)
 
 
 def input_meaning(c) -> str:

@@ -45,13 +45,16 @@ def emit(result, head: int, query: int | None, precision: int, fmt: str) -> None
     tau, G = result.Q.shape[0], result.K.shape[0]
     m, n = result.weights.shape[1:]
     where = "Y (the context)" if result.is_cross else "H"
+    source = "H"
+    if result.is_cross and result.model is not None:  # an encoder-decoder: X is the decoder's stream, Y the encoder's
+        source, where = "X (the decoder's stream, target tokens)", "Y (the encoder's output, source tokens)"
     dk, scale, cap = result.d_k, float(result.scale), result.softcap
     words = scale_words(dk, scale, cap, root=result.model is not None)  # the letters the formula leaves: its scale, c
     out.print(
         f"Att(Q, K, V) = Softmax({scores_formula(dk, scale, cap)} + Mask) V{f' ({words})' if words else ''} "
         f"for head j={head} of tau={tau}"
         + (f" (key/value head {tr.kv_head} of G={G})" if G != tau else "")
-        + f"; queries from H, keys and values from {where}; m={m}, n={n}"
+        + f"; queries from {source}, keys and values from {where}; m={m}, n={n}"
     )
     if zoom is None:
         steps(out, tr, precision)

@@ -26,7 +26,8 @@ def checkpoint_extras(run: Result) -> dict:
     scalars G and d_k."""
     first = run.first_layer()
     return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "layer_types": list(run.layer_types),
-            "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k}  # fmt: skip
+            "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k,
+            **(run.seq2seq or {})}  # fmt: skip
 
 
 def layer_arrays(result: Result) -> dict:

@@ -1,0 +1,206 @@
+"""A loaded encoder-decoder checkpoint (T5, BART, Marian) and its NumPy forward pass, teacher-forced or writing.
+
+    Y = encode(source ids)                    every layer's encoder self-attention (n x n)
+    X = decode(decoder ids, Y)                every layer's decoder self-attention (m x m, causal) and
+                                              cross-attention (m x n: Q from X, K and V from Y)
+    logits = X E^T * head_scale + bias
+
+The families (models.t5, bart, marian) only prepare the weights (models.encdec.Params); the passes are here.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from qkv_cli.core import masks
+from qkv_cli.core.masks import MaskSpec
+from qkv_cli.core.result import ModelInfo
+from qkv_cli.errors import QkvError
+from qkv_cli.models.encdec import Attended, embed, multi_head_attention, position_bias, sublayer
+from qkv_cli.models.model import Model, check_finite
+
+SIDES = ("encoder", "decoder", "cross")  # --attention: which of the three attentions a view shows
+
+
+class Seq2Seq(NamedTuple):
+    """A teacher-forced pass: per layer, each of the three attentions as it was computed."""
+
+    encoder: list[Attended]  # L_enc, weights (tau, n, n)
+    decoder: list[Attended]  # L_dec, weights (tau, m, m)
+    cross: list[Attended]  # L_dec, weights (tau, m, n)
+    encoder_output: np.ndarray  # (n, d): Y, what every cross-attention reads K and V from
+    decoder_output: np.ndarray  # (m, d) after the final norm
+
+
+def check_side(attention: str, model_name: str = "") -> str:
+    if attention not in SIDES:
+        raise QkvError(f"--attention {attention!r} is not valid: use one of {', '.join(SIDES)}")
+    return attention
+
+
+class EncDecModel(Model):
+    """An encoder-decoder checkpoint: config.n_layers / n_heads are the encoder's; the decoder's are options."""
+
+    @property
+    def dec_layers(self) -> int:
+        return self.config.seq2seq.dec_layers
+
+    @property
+    def dec_heads(self) -> int:
+        return self.config.seq2seq.dec_heads
+
+    @property
+    def start_id(self) -> int:
+        return self.config.seq2seq.start
+
+    def n_layers(self, attention: str) -> int:
+        return self.config.n_layers if attention == "encoder" else self.dec_layers
+
+    def n_heads(self, attention: str) -> int:
+        return self.config.n_heads if attention == "encoder" else self.dec_heads
+
+    def rules(self, attention: str) -> MaskSpec:
+        return MaskSpec(causal=attention == "decoder")
+
+    def info(self, layer: int | None = None, attention: str = "encoder") -> ModelInfo:
+        what = {"encoder": "the encoder layer's input (source tokens)", "decoder": "the decoder layer's input "
+                "(target tokens)", "cross": "Q: the decoder stream X (target tokens); K, V: the encoder output Y "
+                "(source tokens)"}[attention]  # fmt: skip
+        return ModelInfo(self.name, self.config.family, self.n_layers(attention), attention == "decoder", layer,
+                         f"{attention}_attention", None, what)  # fmt: skip
+
+    def layer_weights(self, index: int, attention: str = "encoder") -> dict:
+        from qkv_cli.models.model import check_layer
+
+        l = check_layer(index, self.n_layers(attention))
+        p = self.params
+        layer = (p.encoder if attention == "encoder" else p.decoder).layers[l]
+        return (layer.cross if attention == "cross" else layer.self_attn).per_head()
+
+    def check_ids(self, ids, what: str, limit: int, key: str) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if ids.size < 1:
+            raise QkvError(f"the {what} has no tokens")
+        if ids.size > limit:
+            raise QkvError(f"the {what} has {ids.size} tokens but {self.name} accepts at most {limit} ({key}): "
+                           f"shorten the {what}")  # fmt: skip
+        V = self.config.vocab_size
+        if ids.min() < 0 or ids.max() >= V:
+            raise QkvError(f"{what} token ids must be in 0..{V - 1}, got {int(ids.min())}..{int(ids.max())}")
+        return ids
+
+    def check_source(self, ids) -> np.ndarray:
+        return self.check_ids(ids, "source", self.config.max_positions, self.config.positions_key)
+
+    def check_decoder(self, ids) -> np.ndarray:
+        c = self.config
+        return self.check_ids(ids, "target", c.seq2seq.dec_positions, c.seq2seq.dec_positions_key)
+
+    def encode(self, ids, change=None):  # [n] -> Y [n, d], per layer Attended
+        """The encoder: bidirectional self-attention (a single text: nothing masked)."""
+        p, o = self.params, self.params.options
+        side = p.encoder
+        x = embed(p, side, ids)
+        n = len(ids)
+        bias = None if side.buckets is None else position_bias(side.buckets, n, n, True, o)
+        parts = []
+        for l, layer in enumerate(side.layers):
+            x, att = sublayer(
+                x,
+                layer.self_norm,
+                o.pre_norm,
+                lambda h, w=layer.self_attn, l=l: self._attend(h, h, w, bias, None, "encoder", l, change),
+            )
+            x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h, f=layer.ffn: (f(h), None))
+            check_finite(x, l, self.name)
+            parts.append(att)
+        if side.final_norm is not None:
+            x = side.final_norm(x)
+        return x, parts
+
+    def cross_kv(self, Y) -> list:  # [n, d] -> per decoder layer (K, V) (tau, n, dk): computed once per source
+        from qkv_cli.models.encdec import split_heads
+
+        out = []
+        for layer in self.params.decoder.layers:
+            w = layer.cross
+            out.append((split_heads(w.k(Y), w.tau, w.d_k), split_heads(w.v(Y), w.tau, w.d_k)))
+        return out
+
+    def decode(self, ids, Y, kv=None, caches=None, start: int = 0, change=None):  # [m], [n, d] -> [m, d], parts
+        """The decoder on ids at positions start..: causal self-attention (over the cache, if any), then
+        cross-attention over Y, then the feed-forward; returns the final-normed stream and both attentions."""
+        p, o = self.params, self.params.options
+        side = p.decoder
+        x = embed(p, side, ids, start)
+        m, total = len(ids), start + len(ids)
+        mask = masks.additive(MaskSpec(causal=True), m, total, x.dtype, offset=start)
+        bias = None if side.buckets is None else position_bias(side.buckets, m, total, False, o, start)
+        selfs, crosses = [], []
+        for l, layer in enumerate(side.layers):
+            cache = None if caches is None else caches[l]
+            x, a = sublayer(x, layer.self_norm, o.pre_norm, lambda h, w=layer.self_attn, l=l, cache=cache: self._attend(
+                h, h, w, bias, mask, "decoder", l, change, cache=cache))  # fmt: skip
+            pair = None if kv is None else kv[l]
+            x, c = sublayer(x, layer.cross_norm, o.pre_norm, lambda h, w=layer.cross, l=l, pair=pair: self._attend(
+                h, Y, w, None, None, "cross", l, change, kv=pair))  # fmt: skip
+            x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h, f=layer.ffn: (f(h), None))
+            check_finite(x, l, self.name)
+            selfs.append(a)
+            crosses.append(c)
+        if side.final_norm is not None:
+            x = side.final_norm(x)
+        return x, selfs, crosses
+
+    def _attend(self, X, Y, w, bias, mask, attention, layer, change, cache=None, kv=None):
+        fn = None if change is None else (lambda Q, K, V: change(attention, layer, Q, K, V))
+        att = multi_head_attention(X, Y, w, self.params.options.scale, bias, mask, cache, kv, fn)
+        return att.output, att
+
+    def seq2seq(self, source_ids, decoder_ids, change=None) -> Seq2Seq:
+        """Teacher-forced: the encoder on the source, the decoder on decoder_ids (start token, then the target).
+        change(attention, layer, Q, K, V) -> (Q, K, V) alters one attention's matrices (an ablation)."""
+        src, dec = self.check_source(source_ids), self.check_decoder(decoder_ids)
+        Y, enc = self.encode(src, change)
+        x, selfs, crosses = self.decode(dec, Y, change=change)
+        return Seq2Seq(enc, selfs, crosses, Y, x)
+
+    def logits(self, x):  # [m, d] -> [m, V]
+        p = self.params
+        h = x * x.dtype.type(p.options.head_scale) if p.options.head_scale != 1 else x
+        z = h @ p.head.T  # (m, d) x (d, V) -> (m, V)
+        return z + p.head_bias if p.head_bias is not None else z
+
+    def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None):
+        raise QkvError(f"{self.name} is an encoder-decoder model: give the target with --target, or use qkv generate")
+
+    def layer_output(self, layer: int, x, kernel: str = "vectorized", zero_value: int | None = None):
+        raise QkvError(f"{self.name} is an encoder-decoder model: value zeroing is for encoders and decoders alone")
+
+    def generate(self, source_ids, max_new: int, eos=()):  # [n] -> ids [steps], cross [steps, L_dec, tau, n]
+        """Greedy writing: the encoder and every layer's cross-attention K, V once; the decoder's self-attention
+        keys and values kept in a KV cache, so each new token costs one query row. Stops after an eos token.
+        Returns the written ids, each step's probability and each step's cross-attention row per layer."""
+        from qkv_cli.core.numerics import softmax
+        from qkv_cli.models.cache import LayerCache
+
+        src = self.check_source(source_ids)
+        limit = self.config.seq2seq.dec_positions
+        steps = min(int(max_new), limit)
+        Y, _ = self.encode(src)
+        kv = self.cross_kv(Y)
+        caches = [LayerCache(self.dec_heads, steps, self.params.decoder.layers[0].self_attn.d_k, self.dtype)
+                  for _ in range(self.dec_layers)]  # fmt: skip
+        token, ids, probs, rows = self.start_id, [], [], []
+        for t in range(steps):
+            x, _, crosses = self.decode(np.array([token]), Y, kv=kv, caches=caches, start=t)
+            p = softmax(self.logits(x)[-1].astype(np.float64))
+            token = int(np.argmax(p))
+            ids.append(token)
+            probs.append(float(p[token]))
+            rows.append(np.stack([c.weights[:, -1] for c in crosses]))  # (L_dec, tau, n)
+            if token in eos:
+                break
+        return np.array(ids, dtype=np.int64), np.array(probs), np.stack(rows)
