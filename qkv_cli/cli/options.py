@@ -151,12 +151,13 @@ ModelOpt = Annotated[
 ]
 
 
-def layer_option(default: str):
-    """--layer, with what the command does without it."""
+def layer_option(default: str, many: bool = True):
+    """--layer, with what the command does without it (one type for every command: a list, read by `integers`)."""
+    several = "; --layer 0,2 or --layer 0 --layer 2" if many else ""
     return Annotated[
         list[str] | None,
         typer.Option("--layer", metavar=INT, callback=integers,
-                     help=f"With --model: layer 0..L-1 or -1; --layer 0,2 or --layer 0 --layer 2 ({default})."),
+                     help=f"With --model: layer 0..L-1 or -1{several} ({default})."),
     ]  # fmt: skip
 
 

@@ -82,3 +82,32 @@ def test_heatmap_of_a_generation(gpt, tmp_path):
     r = invoke(["heatmap", "the cat sat", "--model", gpt, "--generate", "3", "--out", out])
     assert r.exit_code == 0, r.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_generate_layer_through_the_cli(gpt):
+    """--layer picks the layer whose weights rank what each written token read; -1 is the last; out of range,
+    or two layers, is one line."""
+    args = ["generate", "the cat sat", "--model", gpt, "--max-new-tokens", "2", "--format", "json"]
+    for given, shown in (("0", 0), ("1", 1), ("-1", 1), ("-2", 0)):
+        r = invoke([*args, "--layer", given])
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["attention_of"].startswith(f"layer {shown}, ")
+    assert_one_line_error(invoke([*args, "--layer", "5"]), "layer 5 does not exist", "2 layers")
+    assert_one_line_error(invoke([*args, "--layer", "0,1"]), "one --layer")
+
+
+def test_own_options_have_the_shared_options_types():
+    """A command's own option named like a shared one (--layer, --dtype, --seed) reaches the same Request field,
+    so it must have the shared option's type: a bare int where a list is read broke `generate --layer`."""
+    import inspect
+    import typing
+
+    from qkv_cli.cli import app, options
+
+    sets = [v for v in vars(options).values() if isinstance(v, list) and v and isinstance(v[0], tuple)]
+    shared = {name: typing.get_args(kind)[0] for group in sets for name, kind, _ in group}
+    for command in app.registered_commands:
+        own = getattr(command.callback, "__wrapped__", None)
+        for p in inspect.signature(own).parameters.values() if own else ():
+            if p.name in shared and typing.get_origin(p.annotation) is typing.Annotated:
+                assert typing.get_args(p.annotation)[0] == shared[p.name], (command.callback.__name__, p.name)
