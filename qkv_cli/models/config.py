@@ -130,14 +130,17 @@ class Keys:
         value = self.get(key, default)
         if value is not default and (not isinstance(value, int) or isinstance(value, bool)):
             raise QkvError(f"{self.where}: '{key}' must be an integer, got {value!r}")
+        if value is not default and abs(value) > 2**53:  # no size or count is this large; beyond it floats round
+            raise QkvError(f"{self.where}: '{key}' is too large ({len(str(abs(value)))} digits)")
         return value
 
     def number(self, key: str, default=REQUIRED):
         value = self.get(key, default)
         if value is not default and (not isinstance(value, int | float) or isinstance(value, bool)):
             raise QkvError(f"{self.where}: '{key}' must be a number, got {value!r}")
-        if value is not default and not math.isfinite(value):
-            raise QkvError(f"{self.where}: '{key}' must be finite, got {value!r}")
+        if value is not default and not (abs(value) < 2**1023 and math.isfinite(value)):  # ints beyond float's range
+            shown = value if isinstance(value, float) else f"an integer of {len(str(abs(value)))} digits"
+            raise QkvError(f"{self.where}: '{key}' must be finite, got {shown}")
         return value
 
     def bool(self, key: str, default=REQUIRED):

@@ -51,6 +51,9 @@ class Rope:
             raise QkvError(f"RoPE scaling type {self.kind!r} is not supported: use one of {', '.join(KINDS)}")
         if self.rot < 2 or self.rot % 2:
             raise QkvError(f"the rotated head width ({self.rot}) must be an even number of at least 2")
+        if self.kind == "dynamic" and self.rot < 4:  # the base grows by a power rot / (rot - 2)
+            raise QkvError(f"dynamic RoPE needs a rotated head width of at least 4 (its base grows as a power "
+                           f"rot / (rot - 2)), got {self.rot}")  # fmt: skip
         if not (math.isfinite(self.theta) and self.theta > 1):
             raise QkvError(f"the RoPE base (rope_theta) must be a finite number above 1, got {self.theta}")
         if not (math.isfinite(self.factor) and 0 < self.factor <= MAX_FACTOR):

@@ -94,8 +94,8 @@ def read_safetensors(file: Path) -> dict[str, Tensor]:
         if name == "__metadata__":
             continue
         try:
-            kind, shape, (start, end) = info["dtype"], tuple(int(x) for x in info["shape"]), info["data_offsets"]
-            start, end = int(start), int(end)
+            kind, shape, (start, end) = info["dtype"], tuple(_whole(x) for x in info["shape"]), info["data_offsets"]
+            start, end = _whole(start), _whole(end)
         except (KeyError, TypeError, ValueError):
             raise _corrupt(file, f"bad header entry for tensor '{name}'") from None
         if kind not in NUMPY_DTYPES:
@@ -114,6 +114,13 @@ def read_safetensors(file: Path) -> dict[str, Tensor]:
         if start < end:
             raise _corrupt(file, f"tensors '{a}' and '{b}' overlap")
     return tensors
+
+
+def _whole(x) -> int:
+    """A header's size or offset: a JSON integer (not 1.5, true, Infinity or NaN), within 64 bits as the format's."""
+    if isinstance(x, bool) or not isinstance(x, int) or not -(2**63) <= x < 2**64:
+        raise ValueError(x)
+    return x
 
 
 def _reader(region, start, end, kind, shape):

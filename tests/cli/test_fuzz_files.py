@@ -22,12 +22,14 @@ from tiny import DECODERS, FAMILIES, make_checkpoint
 SEED = 20_261_201
 CASES = 120
 VALUES = [None, 0, -1, 1, 2, 3, 10**6, 10**12, 2**63, 1.5, float("nan"), "x", "", [], {}, [1, 2], {"a": 1}, True,
-          "\x1b]0;PWNED\x07", "../../etc", "/etc/passwd", 1e308,
+          "\x1b]0;PWNED\x07", "../../etc", "/etc/passwd", 1e308, float("inf"), float("-inf"), 10**400, -(10**400),
+          {"rope_type": "dynamic", "factor": 2.0}, {"rope_type": "dynamic", "factor": float("inf")},
           {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 4},
           {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -16, "mscale": "a"},
           {"rope_type": "dynamic", "factor": 1e308}, {"rope_type": "linear", "partial_rotary_factor": 2.0},
           {"sliding_attention": 5, "full_attention": {}}, ["sliding_attention", "full_attention"]]  # fmt: skip
-KEYS = ["model_type", "num_key_value_heads", "rope_scaling", "rope_parameters", "layer_types", "rope_theta",
+KEYS = ["model_type", "hidden_size", "num_attention_heads",
+        "num_key_value_heads", "rope_scaling", "rope_parameters", "layer_types", "rope_theta",
         "partial_rotary_factor", "rotary_pct", "query_pre_attn_scalar", "attn_logit_softcapping", "head_dim",
         "sliding_window", "use_sliding_window", "tie_word_embeddings"]  # fmt: skip
 
@@ -70,11 +72,16 @@ def mutate_weights(rng, folder):
     name = rng.choice([k for k in header if k != "__metadata__"])
     kind = rng.random()
     if kind < 0.25:
-        header[name]["data_offsets"] = [rng.choice([0, 10**9, -5, 2**62]), rng.choice([0, 10**12, 3])]
+        header[name]["data_offsets"] = [
+            rng.choice([0, 10**9, -5, 2**62, float("-inf")]),
+            rng.choice([0, 10**12, 3, float("inf"), float("nan"), 10**400, 1.5]),
+        ]
     elif kind < 0.45:
         header[name]["dtype"] = rng.choice(["F8_E4M3", "I64", "BF16", "???", 7])
     elif kind < 0.65:
-        header[name]["shape"] = rng.choice([[10**9, 10**9], [-1], [0], "x", [2**62, 4]])
+        header[name]["shape"] = rng.choice(
+            [[10**9, 10**9], [-1], [0], "x", [2**62, 4], [float("inf")], [float("nan"), 2], [10**400], [2.5], [True]]
+        )
     elif kind < 0.8:
         path.write_bytes(bytes(data[: rng.randint(0, len(data))]))  # truncated
         return
@@ -84,7 +91,7 @@ def mutate_weights(rng, folder):
             data[j] = rng.randint(0, 255)
         path.write_bytes(bytes(data))
         return
-    raw = json.dumps(header).encode()
+    raw = json.dumps(header, allow_nan=True).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(data[8 + n :]))
 
 
