@@ -93,3 +93,10 @@ def family_for(model_type, where: str = "config.json"):
         shown = model_type if isinstance(model_type, str) else type(model_type).__name__
         raise QkvError(f"{where}: model_type {shown!r} is not supported: supported are {known}")
     return Family(importlib.import_module(FAMILIES[model_type]))
+
+
+def encoder_decoders() -> set[str]:
+    """The model_types built on the shared encoder-decoder (models.encdec): their protocol is encdec's, not the
+    decoder's above (no block / final / logits; their forward lives in models.encdec_model)."""
+    base = {t: getattr(family_for(t).module, "BASE", None) for t in FAMILIES}
+    return {t for t, b in base.items() if getattr(b, "__name__", "") == "qkv_cli.models.encdec"}
