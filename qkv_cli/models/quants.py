@@ -1,7 +1,8 @@
 """ggml's storage types, dequantized with NumPy: one kernel per type, each a few vectorized steps over its blocks.
 
 A block of `block` values is stored in `nbytes` bytes: fp16 scales (d, and dmin or m for the "_1" and K types)
-and packed integers q; a value is d * q, or d * q + m, or d * q - dmin * m for the K-quants. The float32 operations
+and packed integers q; a value is d * q, or d * q + m, or d * q - dmin * m for the K-quants (the IQ types in
+quants_iq, the 4-bit floats and ternary types in quants_fp). The float32 operations
 run in the order gguf-py's (and ggml's reference C) do, one rounding per step, so the results are equal bit for bit.
 Kernels run over chunks of blocks in place, so the temporaries stay small and in cache.
 """
@@ -11,12 +12,20 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models.quants_bits import BITS, F16, F32, NIBBLES, PAIRS
+from qkv_cli.models.quants_bits import f16 as _f16
+from qkv_cli.models.quants_bits import unpack as _unpack
+from qkv_cli.models.quants_fp import KERNELS as FP_KERNELS
+from qkv_cli.models.quants_iq import KERNELS as IQ_KERNELS
 
 QK_K = 256  # values per K-quant super-block
 QUANT_TYPES = {  # ggml type id -> (name, values per block, bytes per block)
     0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
     7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 10: ("Q2_K", QK_K, 84), 11: ("Q3_K", QK_K, 110),
-    12: ("Q4_K", QK_K, 144), 13: ("Q5_K", QK_K, 176), 14: ("Q6_K", QK_K, 210), 30: ("BF16", 1, 2),
+    12: ("Q4_K", QK_K, 144), 13: ("Q5_K", QK_K, 176), 14: ("Q6_K", QK_K, 210), 16: ("IQ2_XXS", QK_K, 66),
+    17: ("IQ2_XS", QK_K, 74), 18: ("IQ3_XXS", QK_K, 98), 19: ("IQ1_S", QK_K, 50), 20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", QK_K, 110), 22: ("IQ2_S", QK_K, 82), 23: ("IQ4_XS", QK_K, 136), 29: ("IQ1_M", QK_K, 56),
+    30: ("BF16", 1, 2), 34: ("TQ1_0", QK_K, 54), 35: ("TQ2_0", QK_K, 66), 39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36),
 }  # fmt: skip
 BY_NAME = {name: (block, nbytes) for name, block, nbytes in QUANT_TYPES.values()}
 # every ggml type id's name (llama.cpp's ggml.h), for messages about the ones qkv cannot read
@@ -26,22 +35,10 @@ GGML_NAMES = (
     "IQ4_NL_4_8 IQ4_NL_8_8 MXFP4 NVFP4 Q1_0"
 ).split()
 CHUNK_BYTES = 1 << 16  # input bytes per chunk: the chunk's float32 output stays in L2
-F16, F32 = np.dtype("<f2"), np.float32
-NIBBLES = np.array([0, 4], np.uint8)[:, None]  # low nibbles first, then high ones
-PAIRS = np.array([0, 2, 4, 6], np.uint8)[:, None]  # 2-bit fields, lowest first
-BITS = np.arange(8, dtype=np.uint8)[:, None]
 
 
 def ggml_name(type_id: int) -> str:
     return GGML_NAMES[type_id] if 0 <= type_id < len(GGML_NAMES) else f"type {type_id}"
-
-
-def _f16(blocks, start):  # [n, nbytes] -> [n, 1] float32: the fp16 at byte `start` of each block
-    return blocks[:, start : start + 2].view(F16).astype(F32)
-
-
-def _unpack(packed, shifts, mask):  # [..., k] uint8 -> [..., len(shifts), k]: (packed >> shift) & mask, per shift
-    return (packed[..., None, :] >> shifts) & np.uint8(mask)
 
 
 def _q8_0(b, out):  # [n, 34] -> [n, 32]: d * q, q int8
@@ -140,7 +137,7 @@ def _q6_k(b, out):  # [n, 210] -> [n, 256]: (d * sc) * (q - 32), sc int8, 16 gro
 
 KERNELS = {  # name -> kernel(blocks [n, nbytes] uint8, out [n, block] float32), filling out in place
     "Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
-    "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
+    "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, **IQ_KERNELS, **FP_KERNELS,
 }  # fmt: skip
 
 
@@ -164,6 +161,8 @@ def dequantize(raw: np.ndarray, kind: str, shape) -> np.ndarray:  # [nbytes] uin
     blocks = raw.reshape(-1, nbytes)
     out = np.empty((len(blocks), block), F32)
     step = max(1, CHUNK_BYTES // nbytes)
-    for start in range(0, len(blocks), step):
-        KERNELS[kind](blocks[start : start + step], out[start : start + step])
+    kernel = KERNELS[kind]
+    with np.errstate(over="ignore", invalid="ignore"):  # a hostile scale (inf, NaN, 2^127) gives inf / NaN values,
+        for start in range(0, len(blocks), step):  # refused later by the weights' finite check, not warned about
+            kernel(blocks[start : start + step], out[start : start + step])
     return out.reshape(shape)

@@ -15,6 +15,7 @@ from helpers import reference_import, smollm2_gguf
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models.gguf import read_gguf
+from qkv_cli.models.quants import QUANT_TYPES
 
 # --- GGUF bytes by hand (no gguf-py): the layout of the spec, for files gguf-py would refuse to write ------------
 
@@ -125,8 +126,13 @@ HOSTILE = {  # case -> (file bytes, what the message says)
     "duplicate tensor": (gguf_bytes(infos=[info("w", [8]), info("w", [8], offset=32)], data=bytes(64)),
                          "tensor 'w' appears twice"),
     "overlap": (gguf_bytes(infos=[info("a", [16]), info("b", [8], offset=32)], data=bytes(64)), "'a' and 'b' overlap"),
-    "unknown type": (gguf_bytes(infos=[info("w", [256], 16)], data=bytes(256)),
-                     "stored as IQ2_XXS, which qkv cannot read: supported are F32, F16, Q4_0"),
+    "unknown type": (gguf_bytes(infos=[info("w", [256], 15)], data=bytes(512)),
+                     "stored as Q8_K, which qkv cannot read: supported are F32, F16, Q4_0"),
+    "IQ partial block": (gguf_bytes(infos=[info("w", [128, 2], 16)], data=bytes(256)),
+                         "rows of 128 values: not a whole number of IQ2_XXS blocks (256)"),
+    "IQ data past end": (gguf_bytes(infos=[info("w", [256, 2], 19)], data=bytes(96)),
+                         "tensor 'w' (IQ1_S (2, 256), 100 bytes at offset"),
+    "MXFP4 data past end": (gguf_bytes(infos=[info("w", [64], 39)], data=bytes(32)), "(MXFP4 (64,), 34 bytes"),
     "type id 200": (gguf_bytes(infos=[info("w", [32], 200)], data=bytes(256)), "stored as type 200"),
     "partial block": (gguf_bytes(infos=[info("w", [16, 2], 2)], data=bytes(64)), "not a whole number of Q4_0 blocks"),
     "truncated header": (VALID[:64], "metadata 'general.architecture' runs past the end"),
@@ -176,6 +182,7 @@ except MemoryError:
     pass
 from qkv_cli.errors import QkvError
 from qkv_cli.models.gguf import read_gguf
+from qkv_cli.models.quants import QUANT_TYPES
 for path in sys.argv[1:]:
     try:
         read_gguf(path)
@@ -231,7 +238,8 @@ def assert_same_tensors(g, reader):
     assert list(g.tensors) == [t.name for t in reader.tensors]
     for t in reader.tensors:
         mine = g.tensors[t.name]
-        expected = gguf.quants.dequantize(t.data, t.tensor_type)
+        with np.errstate(over="ignore", invalid="ignore"):  # gguf-py warns on random blocks' inf / NaN scales
+            expected = gguf.quants.dequantize(t.data, t.tensor_type)
         assert mine.kind == t.tensor_type.name and mine.shape == tuple(reversed(t.shape.tolist())), t.name
         got = mine.read()
         assert got.dtype == expected.dtype == np.float32 and got.shape == expected.shape == mine.shape, t.name
@@ -239,6 +247,8 @@ def assert_same_tensors(g, reader):
 
 
 K_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
+RANDOM_KINDS = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M", "IQ4_NL", "IQ4_XS", "TQ1_0",
+                "TQ2_0", "MXFP4", "NVFP4"]  # any bytes: gguf-py and qkv agree bit for bit, NaN included  # fmt: skip
 
 
 def write_with_gguf(gguf, path, alignment=None):
@@ -273,6 +283,9 @@ def write_with_gguf(gguf, path, alignment=None):
             for b in (0, nbytes):
                 raw[:, b + at : b + at + 2] = rng.normal(0, 0.1, (3, 1)).astype("<f2").view(np.uint8)
         w.add_tensor(f"k.{kind}", raw, raw_dtype=T[kind])
+    for kind in RANDOM_KINDS:
+        block, nbytes = gguf.GGML_QUANT_SIZES[T[kind]]
+        w.add_tensor(f"r.{kind}", rng.integers(0, 256, (3, 512 // block * nbytes), dtype=np.uint8), raw_dtype=T[kind])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -294,8 +307,7 @@ def test_gguf_writer_file_reads_as_gguf_reads_it(alignment, version, tmp_path):
     assert g.metadata["t.nested"][0].dtype == np.int32
     assert g.metadata["t.array.float64"].dtype == np.float64 and g.metadata["t.false"] is False
     assert_same_tensors(g, reader)
-    assert {t.kind for t in g.tensors.values()} == {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
-                                                    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}  # fmt: skip
+    assert {t.kind for t in g.tensors.values()} == {name for name, _, _ in QUANT_TYPES.values()}
 
 
 @pytest.mark.reference

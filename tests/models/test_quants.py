@@ -1,5 +1,6 @@
 """ggml dequantization: hand-built blocks with known values (the element order of every layout), then one contract
-test over QUANT_TYPES against gguf-py's dequantize, bit for bit, on random blocks and on gguf-py's own quantization."""
+test over QUANT_TYPES (every type qkv reads) against gguf-py's dequantize, bit for bit, on random blocks and on
+gguf-py's own quantization. The IQ, 4-bit float and ternary types' own cases are in test_quants_iq.py."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from qkv_cli.errors import QkvError
 from qkv_cli.models import quants
 from qkv_cli.models.quants import QUANT_TYPES, dequantize
 
-# where each block keeps its fp16 scales (ggml's block_* structs): random blocks get finite ones there
+# where each block keeps its fp16 scales (ggml's block_* structs): random blocks get finite ones there (IQ1_M splits
+# its d over 4 nibbles; MXFP4 and NVFP4 have no fp16)
 SCALES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,), "Q2_K": (80, 82),
-          "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+          "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ2_XXS": (0,), "IQ2_XS": (0,),
+          "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,), "IQ4_NL": (0,), "IQ4_XS": (0,),
+          "TQ1_0": (52,), "TQ2_0": (64,)}  # fmt: skip
 KINDS = [name for name, _, _ in QUANT_TYPES.values()]
 SIZES = {name: (block, nbytes) for name, block, nbytes in QUANT_TYPES.values()}
 
@@ -125,7 +129,7 @@ def test_float_types():
 @pytest.mark.parametrize(
     "raw, kind, shape, message",
     [
-        (np.zeros(18, np.uint8), "IQ2_XXS", (32,), "supported are F32, F16"),
+        (np.zeros(292, np.uint8), "Q8_K", (256,), "supported are F32, F16"),
         (np.zeros(17, np.uint8), "Q4_0", (32,), "17 bytes of Q4_0"),
         (np.zeros(18, np.uint8), "Q4_0", (2, 16), "cannot hold"),
         (np.zeros(8, np.float32), "F32", (8,), "cannot hold"),
