@@ -15,8 +15,10 @@ norms, embeddings), read by decoder_config from each family module's Spec; nothi
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +30,10 @@ from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
 
+if TYPE_CHECKING:
+    from qkv_cli.models.stream import RowMatrix
+
+STREAMED = True  # prepare reads each layer as the pass reaches it (models.stream)
 ATTENTION_INPUT = "the layer input after its first norm (N_1)"  # OLMo 2 says its own (olmo2.py)
 HEAD = "lm_head.weight"  # the output head, outside the model's prefix; absent or tied: E
 
@@ -58,10 +64,10 @@ class Block:
 
 @dataclass
 class Params:
-    E: np.ndarray  # (V, d) token embeddings
-    blocks: list[Block]
+    E: RowMatrix  # (V, d) token embeddings, read by rows
+    blocks: Sequence[Block]  # models.stream.Layers: layer l built on first use
     final: Norm
-    head: object  # () -> (V, d) output matrix (tied: E), read on first use; None: the checkpoint has none
+    head: RowMatrix | None  # (V, d) output matrix W_out (tied: E); None: the checkpoint has none
 
 
 def layer_type(c: ModelConfig, layer: int) -> str:
@@ -117,60 +123,75 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def prepare(w, c: ModelConfig, dtype) -> Params:
-    """The checkpoint's tensors, cast to dtype, in the shapes the forward pass uses ([W^q | W^k | W^v] fused)."""
+    """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (models.stream:
+    read, cast, kept while the budget allows), the embedding and the head read by rows."""
+    from qkv_cli.models.stream import Layers, RowMatrix
+
     names = {role: name for name, (_, role) in tensor_names(c).items()}
-    tau, G, dk, eps = c.n_heads, c.n_kv_heads, c.d_k, c.norm_eps
-    offset = c.norms.offset
+    itemsize = np.dtype(dtype).itemsize
+    per_layer = [[n for role, n in names.items() if role.startswith(f"{l}.")] for l in range(c.n_layers)]
+    blocks = Layers(partial(prepare_block, w, c, names), c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
+    E = RowMatrix(w, names["embed"], (c.vocab_size, c.d), dtype)
+    if "__head__" in w:
+        head = RowMatrix(w, "__head__", (c.vocab_size, c.d), dtype)
+    else:
+        head = E if c.embeddings.tied else None
+    return Params(E, blocks, _norm(w, c, names, "final"), head)
+
+
+def fixed_keys(c: ModelConfig) -> list[str]:
+    """The tensors outside the layers, the embedding and the head (the final norm): read at load, always held."""
+    return [n for n, (_, role) in tensor_names(c).items() if role.startswith("final")]
+
+
+def _norm(w, c: ModelConfig, names: dict, role: str) -> Norm | None:
+    if role + ".w" not in names:
+        return None
+    b = w(names[role + ".b"]) if role + ".b" in names else None
+    return Norm(w(names[role + ".w"]), b, c.norm_eps, c.norms.offset)
+
+
+def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
+    """Layer l's tensors, cast, in the shapes the forward pass uses ([W^q | W^k | W^v] fused)."""
+    tau, dk = c.n_heads, c.d_k
+    p = f"{l}."
 
     def get(role):
         return w(names[role]) if role in names else None
 
-    def norm(role):
-        return Norm(get(role + ".w"), get(role + ".b"), eps, offset) if role + ".w" in names else None
-
     def linear(role):
         return Linear(get(role + ".w"), get(role + ".b"), out_in=True)
 
-    blocks = []
-    for l in range(c.n_layers):
-        p = f"{l}."
-        if p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
-            W = get(p + "qkv.w").reshape(tau, 3, dk, -1).transpose(1, 0, 2, 3).reshape(3 * tau * dk, -1)
-            b = get(p + "qkv.b")
-            qkv = Linear(
-                np.ascontiguousarray(W),
-                None if b is None else b.reshape(tau, 3, dk).transpose(1, 0, 2).ravel(),
-                out_in=True,
-            )
-        else:
-            bias = [get(p + x + ".b") for x in "qkv"]
-            qkv = Linear(
-                np.concatenate([get(p + x + ".w") for x in "qkv"]),
-                None if bias[0] is None else np.concatenate(bias),
-                out_in=True,
-            )
-        norms = {k: n for k in ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm") if (n := norm(p + k))}
-        blocks.append(
-            Block(
-                AttentionWeights(qkv, linear(p + "o"), tau, G, dk),
-                norms,
-                linear(p + "up"),
-                linear(p + "gate") if p + "gate.w" in names else None,
-                linear(p + "down"),
-            )
+    if p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
+        W = get(p + "qkv.w").reshape(tau, 3, dk, -1).transpose(1, 0, 2, 3).reshape(3 * tau * dk, -1)
+        b = get(p + "qkv.b")
+        qkv = Linear(
+            np.ascontiguousarray(W),
+            None if b is None else b.reshape(tau, 3, dk).transpose(1, 0, 2).ravel(),
+            out_in=True,
         )
-    E = get("embed")
-    if "__head__" in w:
-        head = cache(lambda: w("__head__"))  # read, cast and checked on first use, then kept
     else:
-        head = (lambda: E) if c.embeddings.tied else None
-    return Params(E, blocks, norm("final"), head)
+        bias = [get(p + x + ".b") for x in "qkv"]
+        qkv = Linear(
+            np.concatenate([get(p + x + ".w") for x in "qkv"]),
+            None if bias[0] is None else np.concatenate(bias),
+            out_in=True,
+        )
+    roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
+    norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
+    return Block(
+        AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
+        norms,
+        linear(p + "up"),
+        linear(p + "gate") if p + "gate.w" in names else None,
+        linear(p + "down"),
+    )
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)
     """E[ids], column-major: the products (W x^T)^T come out column-major, and the residual sums x + a of arrays
     laid out alike run along contiguous memory (a row-major x plus a column-major a is a strided loop)."""
-    x = np.take(p.E, ids, axis=0, out=np.empty((len(ids), p.E.shape[1]), p.E.dtype, order="F"))  # (m, d)
+    x = np.asfortranarray(p.E.rows(ids))  # (m, d): only the rows of ids are read
     if c.embeddings.scale:
         x *= x.dtype.type(c.embeddings.scale)  # Gemma: E[ids] * sqrt(d), the factor rounded to the dtype
     return x
@@ -210,7 +231,7 @@ def logits(p: Params, c: ModelConfig, h):  # [m, d] after the final norm -> [m, 
     """h W_out^T: one score per vocabulary entry (Gemma 2 soft-caps them: tanh(z / c) c)."""
     if p.head is None:
         return None
-    z = h @ p.head().T  # (m, d) x (d, V) -> (m, V)
+    z = p.head.scores(h)  # h W_out^T: (m, d) x (d, V) -> (m, V)
     if c.embeddings.final_softcap:
         from qkv_cli.core.numerics import softcap_
 

@@ -65,7 +65,8 @@ def read_gguf(path) -> GGUFFile:
                 f"file ({size} bytes): truncated?",
             )
         spans.append((start, start + nbytes, name))
-        tensors[name] = Tensor(shape, kind, _reader(buf, start, nbytes, kind, shape), str(path))
+        rows = _row_reader(buf, start, nbytes, kind, shape) if len(shape) == 2 else None
+        tensors[name] = Tensor(shape, kind, _reader(buf, start, nbytes, kind, shape), str(path), rows)
     spans.sort()
     for (_, end_a, a), (start_b, _, b) in zip(spans, spans[1:], strict=False):
         if start_b < end_a:
@@ -110,3 +111,17 @@ def _reader(buf, start: int, nbytes: int, kind: str, shape: tuple[int, ...]):
         return dequantize(np.frombuffer(buf, np.uint8, nbytes, start), kind, shape)
 
     return read
+
+
+def _row_reader(buf, start: int, nbytes: int, kind: str, shape: tuple[int, ...]):
+    """Rows of a 2-D tensor, dequantized alone: a row is a whole number of blocks (checked by _layout), so row r is
+    the bytes [r * row_bytes, (r + 1) * row_bytes) and dequantizes to exactly what the whole tensor's row r is."""
+    row_bytes = nbytes // shape[0]
+
+    def rows(ids):  # [k] -> float32 [k, d]
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        unique, where = np.unique(ids, return_inverse=True)
+        raw = np.frombuffer(buf, np.uint8, nbytes, start).reshape(shape[0], row_bytes)[unique]
+        return dequantize(raw.reshape(-1), kind, (len(unique), shape[1]))[where]
+
+    return rows

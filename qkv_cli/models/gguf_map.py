@@ -201,7 +201,7 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
             read = t.read
         if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
             target = target.replace("post_attention_layernorm", "pre_feedforward_layernorm")
-        out[target] = Tensor(t.shape, t.kind, read, t.source)
+        out[target] = Tensor(t.shape, t.kind, read, t.source, t.rows if read is t.read else None)
     return out
 
 

@@ -76,10 +76,21 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
                            f"({config.vocab_size}, {config.d}) from its {source}")  # fmt: skip
         tensors["__head__"] = stored[head]
     weights = Tensors(tensors, np.dtype(dtype), name)
+    itemsize = np.dtype(dtype).itemsize
+    if getattr(family, "STREAMED", False):  # read layer by layer as the pass reaches it (models.stream)
+        params = family.prepare(weights, config, np.dtype(dtype))
+        model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
+        model.fixed_bytes = weights.nbytes(itemsize, family.fixed_keys(config))
+        if max_memory is not None:
+            from qkv_cli.models.stream import fit
+
+            fit(params, model.fixed_bytes, max_memory)
+            _check_streamed(model, weights.nbytes(itemsize), max_memory)
+        return model
     if max_memory is not None:
         from qkv_cli.core.budget import check_budget
 
-        check_budget(weights.nbytes(np.dtype(dtype).itemsize), max_memory, HINT, what=f"{name}'s weights")
+        check_budget(weights.nbytes(itemsize), max_memory, HINT, what=f"{name}'s weights")
     weights.read_ahead(skip=("__head__",))  # the output head is read on first use (predict, generate)
     try:
         params = family.prepare(weights, config, np.dtype(dtype))
@@ -87,5 +98,19 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         weights.cancel()
     make = getattr(family, "make_model", Model)  # an encoder-decoder family builds its own kind of Model
     model = make(config, path, dtype, params, name=name, tokenizer=tokenizer)
-    model.weights_bytes = weights.nbytes(np.dtype(dtype).itemsize)
+    model.weights_bytes = weights.nbytes(itemsize)
     return model
+
+
+def _check_streamed(model, total: int, max_memory: int) -> None:
+    """A streamed model needs at least its fixed weights, two layers and a block of the head's rows."""
+    from qkv_cli.core.budget import human
+    from qkv_cli.errors import TooLargeError
+
+    need = model.weights_bytes
+    if need > max_memory:
+        raise TooLargeError(
+            f"{model.name} does not fit even read one layer at a time: its weights take {human(total)} in "
+            f"{model.dtype.name}, and two layers with the head's rows {human(need)}, more than --max-memory "
+            f"{human(max_memory)}"
+        )

@@ -68,13 +68,33 @@ class Model:
         self.name = name or config.name or self.path.name
         self.family = family_for(config.family)
         self.metadata: dict = {}  # a GGUF file's metadata (chat template, special tokens ...)
-        self.weights_bytes = 0  # what the weights take in memory, once cast
+        self._weights_bytes = 0  # what the weights take in memory, once cast (a streamed model: computed)
+        self.fixed_bytes = 0  # a streamed model's weights outside its layers and head (the final norm)
         self._make_tokenizer = tokenizer
         self._tokenizer = None
 
     def __repr__(self) -> str:
         c = self.config
         return f"Model({self.name!r}, {c.family}, L={c.n_layers}, tau={c.n_heads}, d={c.d}, dtype={self.dtype.name})"
+
+    @property
+    def weights_bytes(self) -> int:
+        """What the weights hold at most during a pass: all of them, or for a streamed model (models.stream) the
+        resident layers, the two being read and the head as the budget keeps it."""
+        from qkv_cli.models.stream import held_bytes, streamed
+
+        return held_bytes(self.params, self.fixed_bytes) if streamed(self.params) else self._weights_bytes
+
+    @weights_bytes.setter
+    def weights_bytes(self, value: int) -> None:
+        self._weights_bytes = int(value)
+
+    def fit_weights(self, spare: int) -> None:
+        """Let the weights of a streamed model hold at most `spare` bytes (as many layers resident as fit)."""
+        from qkv_cli.models.stream import fit, streamed
+
+        if streamed(self.params):
+            fit(self.params, self.fixed_bytes, spare)
 
     @property
     def tokenizer(self):

@@ -15,6 +15,9 @@ A family module provides (see bert.py for the simplest, decoder.py for the share
                                     their count; values: a change to V; into: a zero-filled array for the weights)
     logits(p, c, h)                 next-token scores from the final hidden state, or None (an encoder)
     ATTENTION_INPUT                 what H is for the attention of a layer, in words
+  optional:
+    STREAMED, fixed_keys(c)         prepare builds models.stream.Layers (each layer read when the pass reaches it);
+                                    fixed_keys: the tensors read at load and always held (the final norm)
 """
 
 from __future__ import annotations
@@ -59,7 +62,10 @@ PROTOCOL = (
     "ATTENTION_INPUT",
     "HEAD",
     "layer_extras",
+    "STREAMED",
+    "fixed_keys",
 )
+OPTIONAL = ("HEAD", "STREAMED", "fixed_keys")  # a family may lack these (an encoder has no head; BERT is not streamed)
 
 
 class Family:

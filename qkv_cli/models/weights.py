@@ -38,6 +38,7 @@ class Tensor:
     kind: str  # "F32", "BF16", "Q4_1", ...: how it is stored
     read: Callable  # () -> ndarray of the values (float16/32/64); a view of the file where possible
     source: str  # the file it is in, for messages
+    rows: Callable | None = None  # (ids) -> the rows ids of a 2-D tensor, read alone (None: read() and index)
 
     @property
     def is_float(self) -> bool:
@@ -108,7 +109,8 @@ def read_safetensors(file: Path) -> dict[str, Tensor]:
         if not 0 <= start <= end <= data_size or end - start != count * np.dtype(NUMPY_DTYPES[kind]).itemsize:
             raise _corrupt(file, f"tensor '{name}' points outside the file or does not match its shape {shape}")
         spans.append((start, end, name))
-        tensors[name] = Tensor(shape, kind, _reader(region, start, end, kind, shape), str(file))
+        read = _reader(region, start, end, kind, shape)
+        tensors[name] = Tensor(shape, kind, read, str(file), _row_reader(read) if len(shape) == 2 else None)
     spans.sort()
     for (_, end, a), (start, _, b) in zip(spans, spans[1:], strict=False):
         if start < end:
@@ -134,6 +136,17 @@ def _reader(region, start, end, kind, shape):
         return np.asarray(arr if arr.flags.aligned else arr.copy())  # a plain ndarray view of the map
 
     return read
+
+
+def _row_reader(read):
+    """Rows of a memory-mapped tensor: indexing the map's view reads those rows' pages only."""
+
+    def rows(ids):
+        import numpy as np
+
+        return np.asarray(read()[ids])
+
+    return rows
 
 
 def read_weights(folder: Path) -> dict[str, Tensor]:
@@ -206,7 +219,18 @@ class Tensors:
     def _read(self, key: str):
         import numpy as np
 
-        arr = np.ascontiguousarray(self.tensors[key].read(), dtype=self.dtype)
+        return self._checked(key, np.ascontiguousarray(self.tensors[key].read(), dtype=self.dtype))
+
+    def rows(self, key: str, ids):  # [k] -> [k, d]: rows of a 2-D tensor, cast and checked, the rest never read
+        import numpy as np
+
+        t = self.tensors[key]
+        raw = t.rows(ids) if t.rows is not None else t.read()[ids]
+        return self._checked(key, np.ascontiguousarray(raw, dtype=self.dtype))
+
+    def _checked(self, key: str, arr):
+        import numpy as np
+
         if not np.isfinite(arr).all():
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise QkvError(
@@ -218,12 +242,12 @@ class Tensors:
     def __contains__(self, key: str) -> bool:
         return key in self.tensors
 
-    def nbytes(self, itemsize: int) -> int:
-        """Bytes the tensors take once cast to a dtype of this item size."""
+    def nbytes(self, itemsize: int, keys=None) -> int:
+        """Bytes the tensors (all, or those named in keys) take once cast to a dtype of this item size."""
         total = 0
-        for t in self.tensors.values():
+        for key in self.tensors if keys is None else keys:
             count = 1
-            for x in t.shape:
+            for x in self.tensors[key].shape:
                 count *= x
             total += count * itemsize
         return total

@@ -157,8 +157,9 @@ def test_explain_recomputes_the_run(name, built):
 
 
 def test_untied_output_head_is_read_once_on_first_use_not_ahead(built, monkeypatch):
-    """load_model reads the tensors ahead on 2 threads, but not the output head; the head is read when first
-    needed and kept (it was re-read, cast and checked on every call); the logits use the file's lm_head."""
+    """load_model reads only the final norm; the forward pass reads each layer's tensors once (they stay when the
+    budget allows) and the embedding by rows; the head is read when first needed and kept (not re-read, cast and
+    checked on every call); the logits use the file's lm_head."""
     from qkv_cli.models.weights import Tensors
 
     folder, _ = built("llama")  # tie_word_embeddings False: lm_head.weight of its own
@@ -166,9 +167,11 @@ def test_untied_output_head_is_read_once_on_first_use_not_ahead(built, monkeypat
     original = Tensors._read
     monkeypatch.setattr(Tensors, "_read", lambda self, key: reads.append(key) or original(self, key))
     model = load_model(folder, dtype="float64")
-    assert "__head__" not in reads and len(reads) == len(set(reads)) > 10
+    assert reads == ["norm.weight"]
     ids = ids_for(7, 3)
     out = model.forward(ids)
+    model.forward(ids)
+    assert "__head__" not in reads and "embed_tokens.weight" not in reads and len(reads) == len(set(reads)) > 10
     z1 = model.family.logits(model.params, model.config, out.last_hidden_state)
     z2 = model.family.logits(model.params, model.config, out.last_hidden_state)
     assert reads.count("__head__") == 1 and z1 is not z2

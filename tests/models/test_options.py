@@ -11,7 +11,7 @@ import pytest
 from qkv_cli.errors import QkvError
 from qkv_cli.models import FAMILIES, config_from_dict
 from qkv_cli.models.options import Attention, Embeddings, Mlp, Norms, Positions
-from qkv_cli.models.registry import PROTOCOL, encoder_decoders, family_for
+from qkv_cli.models.registry import OPTIONAL, PROTOCOL, encoder_decoders, family_for
 from qkv_cli.models.rope import KINDS, Rope, inv_freq
 
 BASE = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -122,6 +122,6 @@ def test_every_family_resolves_the_protocol_and_names_what_it_inherits(model_typ
             assert not hasattr(family.module, name) and getattr(family, name) is getattr(base, name)
         elif hasattr(family.module, name):
             assert getattr(family, name) is getattr(family.module, name)
-    required = set(PROTOCOL) - {"HEAD"}
+    required = set(PROTOCOL) - set(OPTIONAL)
     assert all(hasattr(family, name) for name in required), required - set(dir(family))
     assert family.inherited == () or base is not None

@@ -1,0 +1,164 @@
+"""Weights read as the forward pass reaches them: a model larger than memory runs one layer at a time.
+
+    for l in 0..L-1:  W_l = read(l) (dequantized, cast);  x_{l+1} = block(W_l, x_l);  drop W_l unless resident
+
+The checkpoint stays memory-mapped. `Layers` builds layer l's block when it is first asked for and keeps the
+first `resident` layers it built (the budget sets how many: all of them when they fit, so repeated calls and
+generation read each layer once); the others are read again on each pass, the next one on a second thread while
+the current one computes. `RowMatrix` holds the embedding and the output head: E[ids] reads only those rows,
+and the head's scores h W_out^T are computed in blocks of rows unless the budget lets the head stay whole.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+HEAD_BLOCK_ROWS = 8192  # rows of W_out read at a time when the head is not kept (8192 x 4096 float32: 134 MB)
+
+
+class Layers(Sequence):
+    """Layer l's weights (a family's Block), built by build(l) on first use; `resident` of them stay."""
+
+    def __init__(self, build: Callable[[int], object], n: int, layer_bytes: Sequence[int]):
+        self._build, self._n = build, n
+        self.layer_bytes = tuple(int(b) for b in layer_bytes)  # what each layer's weights take once cast
+        self.resident = n  # how many layers stay once read (set from the budget: fit)
+        self._kept: dict[int, object] = {}
+        self._last: tuple[int, object] | None = None  # the layer asked for last (asked again by the same pass)
+        self._next: tuple[int, object] | None = None  # (l, Future): the next layer, read while this one computes
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, l):
+        if isinstance(l, slice):
+            return [self[i] for i in range(*l.indices(self._n))]
+        l = int(l)
+        if l < 0:
+            l += self._n
+        if not 0 <= l < self._n:
+            raise IndexError(l)
+        with self._lock:
+            block = self._take(l)
+            if l not in self._kept and len(self._kept) < self.resident:
+                self._kept[l] = block
+            self._last = (l, block)
+            self._read_next(l + 1)
+        return block
+
+    def _take(self, l: int):
+        if l in self._kept:
+            return self._kept[l]
+        if self._last is not None and self._last[0] == l:
+            return self._last[1]
+        if self._next is not None and self._next[0] == l:
+            future, self._next = self._next[1], None
+            return future.result()
+        return self._build(l)
+
+    def _read_next(self, l: int) -> None:
+        """Start reading layer l on a second thread, if the pass will need it and it is not kept."""
+        if l >= self._n or l in self._kept or self.streamed == 0 or (self._next and self._next[0] == l):
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-layer")
+        self._next = (l, pool.submit(self._build, l))
+        pool.shutdown(wait=False)
+
+    @property
+    def streamed(self) -> int:
+        """Layers read anew on every pass (the others stay once read)."""
+        return max(0, self._n - self.resident)
+
+    def peak_bytes(self) -> int:
+        """What the layers' weights hold at most: the resident ones, and while streaming the current and next."""
+        largest = sorted(self.layer_bytes, reverse=True)
+        held = min(self._n, self.resident + (2 if self.streamed else 0))
+        return sum(largest[:held])
+
+    def fit(self, spare: int) -> None:
+        """Keep as many layers as `spare` bytes hold beside the two a streamed pass needs (all when they fit)."""
+        if sum(self.layer_bytes) <= spare:
+            self.resident = self._n
+            return
+        each = max(self.layer_bytes) or 1
+        self.resident = max(0, min(self._n, spare // each - 2))
+        for l in sorted(self._kept)[self.resident :]:
+            del self._kept[l]
+
+    def drop(self) -> None:
+        """Forget every layer read (the next pass reads them again)."""
+        with self._lock:
+            self._kept, self._last, self._next = {}, None, None
+
+
+class RowMatrix:
+    """A (V, d) matrix of the checkpoint read by rows: rows(ids) reads only those rows; whole() reads it all once
+    (and keeps it when `keep`); scores(h) is h W^T, block by block of rows when it is not kept."""
+
+    def __init__(self, weights, key: str, shape: tuple[int, int], dtype):
+        self._w, self._key = weights, key
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.keep = True  # set from the budget: the whole matrix stays once read
+        self._whole = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.dtype.itemsize
+
+    def rows(self, ids):  # [k] -> [k, d]
+        if self._whole is not None:
+            return self._whole[ids]
+        return self._w.rows(self._key, np.asarray(ids, dtype=np.int64))
+
+    def whole(self):  # -> [V, d]
+        if self._whole is not None:
+            return self._whole
+        arr = self._w(self._key)
+        if self.keep:
+            self._whole = arr
+        return arr
+
+    def scores(self, h):  # [m, d] -> [m, V]: h W^T
+        if self.keep or self._whole is not None:
+            return h @ self.whole().T  # (m, d) x (d, V) -> (m, V)
+        V = self.shape[0]
+        z = np.empty((h.shape[0], V), dtype=np.result_type(h.dtype, self.dtype))
+        for a in range(0, V, HEAD_BLOCK_ROWS):
+            b = min(V, a + HEAD_BLOCK_ROWS)
+            np.matmul(h, self.rows(np.arange(a, b)).T, out=z[:, a:b])  # (m, d) x (d, b - a)
+        return z
+
+    def peak_bytes(self) -> int:
+        """What the matrix holds at most: whole when kept, else one block of rows."""
+        return self.nbytes if self.keep else min(self.shape[0], HEAD_BLOCK_ROWS) * self.shape[1] * self.dtype.itemsize
+
+
+def streamed(params) -> bool:
+    """Whether a family's prepared weights are read as the pass reaches them (the RoPE decoders)."""
+    return isinstance(getattr(params, "blocks", None), Layers)
+
+
+def held_bytes(params, fixed: int) -> int:
+    """What a streamed model's weights hold at most during a pass: the norms (fixed), the layers kept and the two
+    being read, the head (whole or one block of rows; the embedding's rows are part of the activations)."""
+    head = params.head.peak_bytes() if isinstance(params.head, RowMatrix) else 0
+    return fixed + params.blocks.peak_bytes() + head
+
+
+def fit(params, fixed: int, spare: int) -> None:
+    """Share `spare` bytes of weights: the head stays whole if it fits beside two streamed layers, then as many
+    layers stay resident as the rest holds."""
+    layers, head = params.blocks, params.head
+    spare -= fixed
+    if isinstance(head, RowMatrix):
+        two = sum(sorted(layers.layer_bytes, reverse=True)[:2])
+        head.keep = head.nbytes + two <= spare or head.nbytes + sum(layers.layer_bytes) <= spare
+        spare -= head.peak_bytes()
+    layers.fit(spare)
