@@ -131,7 +131,7 @@ def compute_each(req: Request) -> list[Result]:
         sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]
         kept = sum(model.config.n_layers * model.config.n_heads * m * m * model.dtype.itemsize for m in sizes)
         peak = max(estimate_bytes(model.config, m, model.dtype) for m in sizes)
-        budget.check_budget(model.weights_bytes + kept + peak, limit, "fewer or shorter lines, or --dtype float32")
+        checkpoint.check_memory(model, kept + peak, limit, "fewer or shorter lines, or --dtype float32")
         return [checkpoint.run(model, t, kernel=req.settings.kernel, max_memory=req.max_memory, detail=False,
                                chat=req.chat) for t in texts]  # fmt: skip
     more = extras(req)
