@@ -98,16 +98,24 @@ def save_npz(arrays: dict, path: str | Path) -> Path:
     """What np.savez writes (one NAME.npy per array in an uncompressed zip), to `path`, atomically.
 
     Written here rather than by np.savez, which leaves its zip open when interrupted (a SIGTERM mid-write then
-    prints "Exception ignored in ZipFile.__del__" at exit): every file is closed on the way out, whatever stops it."""
+    prints "Exception ignored in ZipFile.__del__" at exit). An interrupted archive is abandoned, never closed: a
+    signal that lands while a member closes would otherwise turn into "Can't close the ZIP file while there is an
+    open writing handle", an internal error hiding the signal."""
     import zipfile
 
     import numpy as np
 
     p = check_output_path(path)
-    with atomic_write(p) as handle, zipfile.ZipFile(handle, mode="w", allowZip64=True) as archive:
-        for name, value in arrays.items():
-            with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
-                np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+    with atomic_write(p) as handle:
+        archive = zipfile.ZipFile(handle, mode="w", allowZip64=True)
+        try:
+            for name, value in arrays.items():
+                with archive.open(f"{name}.npy", mode="w", force_zip64=True) as member:
+                    np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+            archive.close()
+        except BaseException:  # a signal or an error mid-write: abandon the archive (its temporary file is removed)
+            archive.fp = None  # so neither close() nor ZipFile.__del__ writes a directory or raises over the cause
+            raise
     return p
 
 
