@@ -106,11 +106,58 @@ def _chunks(G, r, parts):  # -> slices of the (G, r) head grid, ``parts`` of the
     return [(cut, slice(None)) if axis == 0 else (slice(None), cut) for cut in cuts]
 
 
-def vectorized_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # [tau,m,dk], [G,n,dk], [G,n,dv], [m,n] -> ..
+def vectorized_kernel(Q, K, V, mask, scale, softcap=None, into=None, rows=None):  # [tau,m,dk], [G,n,dk], [G,n,dv] ..
     """All heads at once: batched matmuls over the head axis, softmax in place inside the weights array (into,
-    when given: zero-filled, so the blocks the mask skips are left as they are)."""
+    when given: zero-filled, so the blocks the mask skips are left as they are). rows (r0, r1): only those
+    queries' weights are kept (tau, r1 - r0, n); the others are computed a block at a time in scratch arrays."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
-        return _vectorized(Q, K, V, mask, float(scale), softcap, into)
+        if rows is None:
+            return _vectorized(Q, K, V, mask, float(scale), softcap, into)
+        return _vectorized_rows(Q, K, V, mask, float(scale), softcap, into, rows)
+
+
+def _vectorized_rows(Q, K, V, mask, s, cap, into, rows):
+    """The weights of queries r0..r1-1 only: small inputs in one pass (then cut), larger ones block by block,
+    each block's softmax in its own scratch array, the kept rows copied out (the same numbers as _vectorized)."""
+    r0, r1 = rows
+    tau, m, _ = Q.shape
+    G, n, dv = V.shape
+    kept = into if into is not None else np.zeros((tau, r1 - r0, n), dtype=Q.dtype)
+    if tau * m * n * Q.dtype.itemsize <= BLOCKED_BYTES:
+        out, weights = _vectorized(Q, K, V, mask, s, cap, None)
+        kept[:] = weights[:, r0:r1]
+        return out, kept
+    r = tau // G
+    Qs = np.multiply(Q, Q.dtype.type(s), order="C")
+    Kt = K.transpose(0, 2, 1)
+    if V.strides[1:] != (dv * V.itemsize, V.itemsize):
+        V = np.ascontiguousarray(V)
+    ones = np.ones(n, dtype=Q.dtype)
+    out = np.empty((tau, m, dv), dtype=Q.dtype)
+    plan = plan_blocks(mask, m, n, block_rows(n, Q.dtype.itemsize))
+
+    def work(task):  # one head j, one row block b, in a scratch array; its rows inside r0..r1 copied out
+        j, b = task
+        g = j // r
+        W = np.empty((b.i1 - b.i0, b.c1 - b.c0), dtype=Q.dtype)
+
+        def fill(Qx, post):  # W <- Q K^T (* post), soft-capped, + Mask on this block
+            np.matmul(Qx[j, b.i0 : b.i1], Kt[g, :, b.c0 : b.c1], out=W)
+            if post is not None:
+                scale_(W, post)
+            softcap_(W, cap)
+            for a0, a1 in b.adds:
+                W[:, a0 - b.c0 : a1 - b.c0] += mask[b.i0 : b.i1, a0:a1]
+
+        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s)
+        np.matmul(W, V[g, b.c0 : b.c1], out=out[j, b.i0 : b.i1])
+        a, e = max(b.i0, r0), min(b.i1, r1)
+        if a < e:
+            kept[j, a - r0 : e - r0, b.c0 : b.c1] = W[a - b.i0 : e - b.i0]
+
+    tasks = [(j, b) for j in range(tau) for b in plan]
+    threads.run_tasks(tasks, work, tau * m * n * Q.dtype.itemsize >= PARALLEL_BYTES)
+    return out, kept
 
 
 def _vectorized(Q, K, V, mask, s, cap, into):

@@ -101,7 +101,7 @@ def check_inputs(Q, K, V, mask):
         raise QkvError(f"mask must have shape (m, n) = ({m}, {n}), got {getattr(mask, 'shape', type(mask))}")
 
 
-def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None, into=None):
+def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None, into=None, rows=None):
     """out, weights = Softmax(Q K^T * scale + mask) V.
 
     Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v) with G dividing tau; mask (m, n) additive (0 / -inf) or
@@ -109,19 +109,34 @@ def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None,
     Returns out (tau, m, d_v) and weights (tau, m, n) in Q's dtype. A float32 or float64 mask is used as given
     (never copied); other dtypes are converted to Q's dtype. into: a zero-filled row-major (tau, m, n) array of
     Q's dtype (a model's slot for this layer) that becomes the weights: written once, not written and copied.
+    rows (r0, r1): keep only the weights of queries r0..r1-1 (weights (tau, r1 - r0, n); into that shape); every
+    query is still computed, its softmax over all its keys: the vectorized kernel holds one block of rows at a time.
     """
     import numpy as np
 
     check_inputs(Q, K, V, mask)
     run = get_kernel(kernel)
     tau, m, _ = Q.shape
-    fits = into is None or (into.shape == (tau, m, K.shape[1]) and into.dtype == Q.dtype and into.flags.c_contiguous)
+    r0, r1 = (0, m) if rows is None else rows
+    if not 0 <= r0 <= r1 <= m:
+        raise QkvError(f"rows must be a range within 0..{m}, got {rows}")
+    kept = (tau, r1 - r0, K.shape[1])
+    fits = into is None or (into.shape == kept and into.dtype == Q.dtype and into.flags.c_contiguous)
     if not fits:
-        raise QkvError(f"into must be a row-major {Q.dtype} array of shape {(tau, m, K.shape[1])}, got {into.dtype} "
+        raise QkvError(f"into must be a row-major {Q.dtype} array of shape {kept}, got {into.dtype} "
                        f"{into.shape}{'' if into.flags.c_contiguous else ' (strided)'}")  # fmt: skip
     if m == 0 or K.shape[1] == 0:  # no queries, or no keys (every row fully masked): zeros
-        weights = np.zeros((tau, m, K.shape[1]), dtype=Q.dtype) if into is None else into
+        weights = np.zeros(kept, dtype=Q.dtype) if into is None else into
         return np.zeros((tau, m, V.shape[-1]), dtype=Q.dtype), weights
     if mask is not None and mask.dtype not in (np.float32, np.float64):
         mask = mask.astype(Q.dtype)
-    return run(Q, K, V, mask, resolve_scale(scale, Q.shape[-1]), softcap, into=into)
+    s = resolve_scale(scale, Q.shape[-1])
+    if rows is None:
+        return run(Q, K, V, mask, s, softcap, into=into)
+    if kernel == "vectorized":  # computes each block of rows in a scratch array, keeps r0..r1
+        return run(Q, K, V, mask, s, softcap, into=into, rows=(r0, r1))
+    out, weights = run(Q, K, V, mask, s, softcap)
+    if into is None:
+        return out, np.ascontiguousarray(weights[:, r0:r1])
+    into[:] = weights[:, r0:r1]
+    return out, into

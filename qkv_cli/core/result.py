@@ -66,6 +66,8 @@ class Result:
     band_keys: np.ndarray | None = None  # (m, n_c) BAND: the key of each slot, -1 before the text
     rules: object = None  # core.masks.MaskSpec: the rules that made `mask`
     context: object = None  # Tokens of the context Y (cross-attention: keys and values from Y)
+    key_tokens: object = None  # Tokens of the keys when only some queries are kept (--rows; None: the queries')
+    rows: np.ndarray | None = None  # --rows: the query positions kept (LAYER: its rows; MODEL: attentions' rows)
     H_context: np.ndarray | None = None  # (n, d)
     ablation: dict | None = None  # what --ablate changed (pipeline.ablate.report)
     # a checkpoint layer: biases (Q = H Wq + bq) and the queries and keys before RoPE
@@ -82,7 +84,8 @@ class Result:
     chat: object = None  # pipeline.chat.Prompt: what --chat's template put around the text (None without)
     # MODEL: the whole forward pass
     layers: dict = field(default_factory=dict)  # layer -> LAYER Result, for the chosen layers
-    attentions: np.ndarray | None = None  # (L, tau, m, m)
+    attentions: np.ndarray | None = None  # (L, tau, m, m); (L_kept, tau, rows, m) with attention_layers or rows
+    attention_layers: tuple[int, ...] | None = None  # the layers `attentions` holds (None: every layer)
     ids: np.ndarray | None = None  # (m,) vocabulary ids
     hidden_states: np.ndarray | None = None  # (L + 1, m, d): the embeddings, then each block's output
     last_hidden_state: np.ndarray | None = None  # (m, d), after the final norm where the family has one
@@ -122,7 +125,8 @@ class Result:
 
     @property
     def key_labels(self) -> list[str]:
-        return list((self.tokens if self.context is None else self.context).labels)
+        keys = self.context if self.context is not None else self.key_tokens
+        return list((self.tokens if keys is None else keys).labels)
 
     @property
     def is_cross(self) -> bool:

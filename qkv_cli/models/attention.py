@@ -91,12 +91,13 @@ def project(H, w: AttentionWeights, hooks: Hooks):  # [m, d] -> Q [tau, m, dk], 
     return heads[:tau], heads[tau : tau + G], heads[tau + G :]
 
 
-def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=None, into=None) -> Attended:  # [m, d]
+def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=None, into=None, rows=None) -> Attended:
     """Multi-head self-attention of one layer with the family's hooks; see the module docstring.
 
     cache: a models.cache.LayerCache holding the keys and values of earlier tokens: the m new tokens' K and V are
     appended to it and their queries attend over every cached key (mask: m x all keys). into: a zero-filled
-    (tau, m, n) array the weights are written to (the model's slot for this layer)."""
+    (tau, m, n) array the weights are written to (the model's slot for this layer). rows (r0, r1): keep only those
+    queries' weights (tau, r1 - r0, n); the output is every query's."""
     m = H.shape[0]
     Q, K, V = project(H, w, hooks)
     if hooks.qk_norm is not None:
@@ -109,7 +110,8 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
         K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
     if hooks.values is not None:
         V = hooks.values(V)
-    heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap, into=into)
+    heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap, into=into,
+                               rows=rows)  # fmt: skip
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(H, Q, K, V, Q_pre, K_pre, weights, heads, output)

@@ -173,11 +173,12 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product atte
     return Hooks(scale=1 / math.sqrt(c.d_k))
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None):
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
+          rows=None):  # fmt: skip
     """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
     b = p.blocks[layer]
     parts = self_attention(
-        x, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, into=into
+        x, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, into=into, rows=rows
     )  # H = x: the layer's input
     h = parts.output + x
     h = layer_norm(h, *b.ln1, c.norm_eps)

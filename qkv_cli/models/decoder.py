@@ -197,16 +197,17 @@ def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoP
     return x
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None):
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
+          rows=None):  # fmt: skip
     """One layer ([m, d] -> [m, d], parts); with a KV cache, x holds the new tokens only (at positions start..) and
     the cache the others. values: a function that changes V before the weights use it (value zeroing). into: a
-    zero-filled array for the attention weights."""
+    zero-filled array for the attention weights. rows (r0, r1): keep only those queries' weights."""
     b = p.blocks[layer]
     n = b.norms
     act = ACTIVATIONS[c.activation]
     a_in = n["attn_in"](x) if "attn_in" in n else x
     h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
-    parts = self_attention(a_in, b.attn, h, mask, kernel, cache, into)
+    parts = self_attention(a_in, b.attn, h, mask, kernel, cache, into, rows)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
     if c.mlp.parallel_residual:  # GPT-NeoX: both branches read x
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts

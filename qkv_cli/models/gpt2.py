@@ -146,11 +146,12 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # the scale: 1/sqrt(d_k), optio
     return Hooks(scale=s / (layer + 1) if c.scale_by_layer else s)
 
 
-def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None):
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
+          rows=None):  # fmt: skip
     """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x')). With a KV cache, x holds the new tokens."""
     b = p.blocks[layer]
     H = layer_norm(x, *b.ln1, c.norm_eps)  # the attention's input
-    parts = self_attention(H, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, cache, into)
+    parts = self_attention(H, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, cache, into, rows)
     x = parts.output + x
     h = layer_norm(x, *b.ln2, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)

@@ -45,6 +45,32 @@ def select_layers(layers, n_layers: int) -> list[int]:
     return sorted({check_layer(l, n_layers) for l in layers})
 
 
+def select_rows(rows, m: int) -> tuple[int, int] | None:
+    """--rows A:B, a Python slice over the m query positions ("-128:" the last 128), -> (r0, r1); None: all."""
+    if rows is None:
+        return None
+    if isinstance(rows, str):
+        parts = rows.split(":")
+        try:
+            if len(parts) != 2:
+                raise ValueError
+            rows = slice(*(int(x) if x.strip() else None for x in parts))
+        except ValueError:
+            raise QkvError(f"--rows {rows!r} is not a slice A:B of query positions (e.g. 0:16, or -128: for the "
+                           "last 128)") from None  # fmt: skip
+    if not isinstance(rows, slice) or rows.step not in (None, 1):
+        raise QkvError(f"rows must be a slice A:B with no step, got {rows!r}")
+    r = range(m)[rows]
+    if not len(r):
+        raise QkvError(f"--rows {_shown(rows)} selects no query of the {m} tokens: give A:B within 0..{m} "
+                       f"(or -{m}..-1 from the end)")  # fmt: skip
+    return r.start, r.stop
+
+
+def _shown(s: slice) -> str:
+    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+
+
 def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers: int = 0) -> int:
     """Memory a forward pass of m tokens holds beyond the weights: every layer's attention, the hidden states,
     one layer's activations, and per detailed layer its Q, K, V, scores, weights and outputs."""
@@ -164,11 +190,14 @@ class Model:
         tokens = self.tokenize(text)
         return self.forward(tokens.ids, layers=layers, kernel=kernel, tokens=tokens)
 
-    def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None) -> Result:
+    def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None, keep=None,
+                rows=None) -> Result:  # fmt: skip
         """The forward pass on vocabulary ids (m,).
 
         layers: None (no details, the fastest), "all", or layer indices (0-based; -1 the last) that keep a LAYER
-        Result. Every layer's attention weights are always in `attentions`. kernel: a core.kernels name."""
+        Result. keep: the layers whose attention weights `attentions` holds (None: every layer; the others run
+        through a kernel that holds one block of rows at a time). rows: a slice (or "A:B") of query positions
+        whose weights are kept (None: all). kernel: a core.kernels name."""
         from qkv_cli.core.kernels import get_kernel
 
         get_kernel(kernel)
@@ -184,41 +213,66 @@ class Model:
 
             labels = tuple(str(i) for i in ids)
             tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * m, ids=tuple(int(i) for i in ids))
-        keep = set(select_layers(layers, c.n_layers))
+        detail = set(select_layers(layers, c.n_layers))
+        kept = list(range(c.n_layers)) if keep is None else select_layers(keep, c.n_layers)
+        span = select_rows(rows, m)
+        r0, r1 = span or (0, m)
         fam, p, dt = self.family, self.params, self.dtype
         x = fam.embed(p, c, ids, 0, type_ids) if type_ids is not None else fam.embed(p, c, ids)
         hidden = stack_like(x, c.n_layers + 1)  # laid out like x (column-major for the decoders), so copies are fast
-        attentions = np.zeros((c.n_layers, c.n_heads, m, m), dtype=dt)  # each layer's kernel writes its slot
+        attentions = np.zeros((len(kept), c.n_heads, r1 - r0, m), dtype=dt)  # each kept layer's kernel writes its slot
+        slot = {l: i for i, l in enumerate(kept)}
         hidden[0] = x
         details = {}
         for l, mask in enumerate(layer_masks(fam, c, m, m, dt)):
-            x, parts = fam.block(p, c, l, x, mask, kernel, into=attentions[l])
+            if l in slot:
+                into, at = attentions[slot[l]], span
+            elif l in detail:
+                into, at = None, span
+            else:  # nothing kept: one block of rows at a time (small texts: one pass)
+                into, at = np.zeros((c.n_heads, 0, m), dtype=dt), (0, 0)
+            x, parts = fam.block(p, c, l, x, mask, kernel, into=into, rows=at)
             check_finite(x, l, self.name)
             hidden[l + 1] = x
-            if l in keep:
-                details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel)
+            if l in detail:
+                details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
         hidden[-1] = fam.final(p, c, x)
         return Result(
             kind=Kind.MODEL, tokens=tokens, kernel=kernel, model=self.info(), layers=details, attentions=attentions,
             ids=ids, hidden_states=hidden, last_hidden_state=hidden[-1],
             layer_types=tuple(fam.layer_type(c, l) for l in range(c.n_layers)),
             layer_rules=tuple(fam.layer_mask(c, l) for l in range(c.n_layers)),
+            attention_layers=None if keep is None else tuple(kept),
+            rows=None if span is None else np.arange(r0, r1),
         )  # fmt: skip
 
-    def _layer_result(self, l: int, parts, mask, spec, tokens, kernel) -> Result:
+    def _layer_result(self, l: int, parts, mask, spec, tokens, kernel, span=None) -> Result:
+        """Layer l's matrices; with span (r0, r1) the queries' rows r0..r1-1 only (K, V: every key)."""
         hooks = self.family.hooks(self.config, l)
         scale, softcap = hooks.scale, hooks.softcap
         w = self.layer_weights(l)
         m = parts.H.shape[0]
         extras = self.family.layer_extras(self.params, self.config, l, m, self.dtype)
+        r = slice(None) if span is None else slice(*span)
+        Q, pre = parts.Q[:, r], None if parts.Q_pre_rope is None else parts.Q_pre_rope[:, r]
+        mask = np.zeros((m, m), dtype=parts.H.dtype) if mask is None else mask
+        queries = tokens if span is None else _rows_of(tokens, r)
         return Result(
-            kind=Kind.LAYER, tokens=tokens, scale=scale, kernel=kernel, softcap=softcap, H=parts.H, Wq=w["Wq"],
-            Wk=w["Wk"], Wv=w["Wv"], Q=parts.Q, K=parts.K, V=parts.V,
-            scores=scaled_scores(parts.Q, parts.K[kv_index(parts)], scale, softcap),
-            mask=np.zeros((m, m), dtype=parts.H.dtype) if mask is None else mask, weights=parts.weights,
-            heads=parts.heads, Wo=w["Wo"], output=parts.output, rules=spec, bq=w["bq"], bk=w["bk"], bv=w["bv"],
-            bo=w["bo"], Q_pre_rope=parts.Q_pre_rope, K_pre_rope=parts.K_pre_rope, model=self.info(l), **extras,
+            kind=Kind.LAYER, tokens=queries, scale=scale, kernel=kernel, softcap=softcap, H=parts.H[r], Wq=w["Wq"],
+            Wk=w["Wk"], Wv=w["Wv"], Q=Q, K=parts.K, V=parts.V,
+            scores=scaled_scores(Q, parts.K[kv_index(parts)], scale, softcap), mask=mask[r], weights=parts.weights,
+            heads=parts.heads[:, r], Wo=w["Wo"], output=parts.output[r], rules=spec, bq=w["bq"], bk=w["bk"],
+            bv=w["bv"], bo=w["bo"], Q_pre_rope=pre, K_pre_rope=parts.K_pre_rope, model=self.info(l),
+            key_tokens=None if span is None else tokens, rows=None if span is None else np.arange(m)[r], **extras,
         )  # fmt: skip
+
+
+def _rows_of(tokens, r: slice):
+    """The Tokens of query positions r (their strings, labels, offsets and ids)."""
+    from dataclasses import replace
+
+    return replace(tokens, strings=tokens.strings[r], labels=tokens.labels[r], offsets=tokens.offsets[r],
+                   ids=None if tokens.ids is None else tokens.ids[r])  # fmt: skip
 
 
 def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) -> list:

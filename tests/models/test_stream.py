@@ -102,3 +102,38 @@ def test_every_rope_family_streamed_equals_resident(name, tmp_path):
     a = load_model(tmp_path, dtype="float64").forward(ids, layers="all")
     b = streamed(load_model(tmp_path, dtype="float64")).forward(ids, layers="all")
     assert_same_run(a, b, 1e-12)
+
+
+def long_ids(model, n_words: int):
+    text = " ".join(["The quick brown fox jumps over the lazy dog while the cat watches it."] * n_words)
+    return model.tokenize(text).ids
+
+
+@pytest.mark.parametrize("rows", ["-40:", "0:7", "100:137", ":"])
+def test_smollm2_kept_rows_equal_the_full_runs_rows(smollm2_pair, rows):
+    """Beyond 1 MB of weights per layer the kernel goes block by block: the kept rows' weights are the full
+    run's (float64 1e-12), in the layers kept and in the detailed layer, and the rest of the pass is unchanged."""
+    resident, _ = smollm2_pair
+    ids = long_ids(resident, 10)
+    m = len(ids)
+    assert 9 * m * m * 8 > 2**20  # the blocked path
+    full = resident.forward(ids, layers=[29])
+    part = resident.forward(ids, layers=[29], keep=[3, 29], rows=rows)
+    r = np.arange(m)[slice(*(int(x) if x else None for x in rows.split(":")))]
+    assert part.attention_layers == (3, 29) and list(part.rows) == list(r)
+    assert part.attentions.shape == (2, 9, len(r), m)
+    np.testing.assert_allclose(part.attentions, full.attentions[[3, 29]][:, :, r], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(part.hidden_states, full.hidden_states, rtol=0, atol=1e-9)
+    a, b = full.layers[29], part.layers[29]
+    for name in ("Q", "scores", "weights", "heads"):
+        np.testing.assert_allclose(getattr(b, name), getattr(a, name)[:, r], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b.output, a.output[r], rtol=0, atol=1e-9)
+    assert b.labels == [a.labels[i] for i in r] and b.key_labels == a.labels
+
+
+@pytest.mark.parametrize("rows", ["5:5", "200:", "9:3", "1:2:1:", "a:b", "::2"])
+def test_rows_out_of_range_or_empty_name_the_valid_range(smollm2_pair, rows):
+    resident, _ = smollm2_pair
+    ids = resident.tokenize("The cat sat on the mat.").ids
+    with pytest.raises(QkvError, match=r"selects no query of the 7 tokens: give A:B within 0\.\.7|not a slice|no step"):
+        resident.forward(ids, rows=rows)
