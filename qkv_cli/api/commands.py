@@ -90,7 +90,7 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
-        band: bool = False, file: str | None = None):  # fmt: skip
+        band: bool = False, file: str | None = None, rows: str | slice | None = None):  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
@@ -100,7 +100,9 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 
     With ``model`` (a name, a path or ``qkv.load(...)``): the checkpoint's forward pass -> a ``ModelRun`` with
     ``attentions`` (L, tau, m, m), ``ids``, ``tokens`` and ``layer(l)`` (every matrix of layer l; ``layer=``
-    keeps those layers' matrices from the start). ``predict`` / ``logit_lens`` add next-token predictions.
+    keeps those layers' matrices from the start; when every layer's attention does not fit ``max_memory``, only
+    theirs is kept). ``rows`` (``"-128:"`` or ``slice(-128, None)``): only those queries' weights are kept, for
+    long documents. ``predict`` / ``logit_lens`` add next-token predictions.
     ``chat`` wraps the text in the model's chat template.
 
     With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
@@ -111,8 +113,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
-                 predict=predict, logit_lens=logit_lens, file=file)  # fmt: skip
-    req, loaded = _request(text, model, given, _sample(), band=band)
+                 predict=predict, logit_lens=logit_lens, file=file, rows=rows)  # fmt: skip
+    req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:
         return wrap(result)

@@ -20,7 +20,7 @@ NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "gener
                     "chat": "uses the chat template of", "system": "is a message in the chat template of",
                     "no_system": "empties the system message in the chat template of",
                     "chat_template": "replaces the chat template of", "target": "is the decoder's text of",
-                    "attention": "picks an attention of"}  # fmt: skip
+                    "attention": "picks an attention of", "rows": "keeps query rows of"}  # fmt: skip
 
 
 def check_checkpoint_policy(values: dict, explicit) -> None:
@@ -93,6 +93,20 @@ def request(values: dict, text=None, default=None, **extra):
         max_memory=size_of(values.get("max_memory")), generate=values.get("generate") or 0,
         temperature=values.get("temperature") or 0.0, top_k=values.get("top_k") or 0, sample_seed=value("seed", 0),
         chat=chat_of(values), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
-        target=values.get("target"), attention=value("attention"),
+        target=values.get("target"), attention=value("attention"), rows=_rows(values.get("rows")),
     )  # fmt: skip
     return Request(**(fields | extra))
+
+
+def _rows(value) -> str | None:
+    """--rows as the text of a slice ("A:B", "-128:"); a Python slice is accepted from the API. Checked against the
+    text's length by models.model.select_rows, once the text is tokenized."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, slice):
+        if value.step not in (None, 1):
+            raise QkvError(f"rows={value!r} has a step: give a slice A:B of consecutive query positions")
+        parts = ("" if v is None else str(int(v)) for v in (value.start, value.stop))
+        return ":".join(parts)
+    kind = type(value).__name__
+    raise QkvError(f"rows must be a slice such as slice(-128, None) or a string such as '-128:', got {kind}")

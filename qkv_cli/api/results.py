@@ -112,7 +112,8 @@ class Layer(Output):
 
 
 class ModelRun(Output):
-    """A checkpoint's forward pass: ``attentions`` (L, tau, m, m), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
+    """A checkpoint's forward pass: ``attentions`` (L, tau, m, m; (L_kept, tau, rows, m) when only some layers or
+    rows were kept: see ``attention_layers`` and ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
     ``last_hidden_state`` (m, d), ``layer_types``; ``layer(l)`` gives one layer's matrices as a Layer."""
 
     kind = "model"
@@ -124,6 +125,19 @@ class ModelRun(Output):
     @property
     def attentions(self):
         return self.result.attentions
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """The layers ``attentions`` holds, in order (every layer unless the budget kept only ``layer=``'s)."""
+        kept = self.result.attention_layers
+        return tuple(range(self.n_layers)) if kept is None else tuple(kept)
+
+    @property
+    def rows(self):
+        """The query positions ``attentions`` holds (m,), or those ``rows=`` kept."""
+        import numpy as np
+
+        return np.arange(len(self.result.ids)) if self.result.rows is None else self.result.rows
 
     @property
     def hidden_states(self):
@@ -144,7 +158,7 @@ class ModelRun(Output):
 
     @property
     def n_layers(self) -> int:
-        return int(self.result.attentions.shape[0])
+        return len(self.result.layer_types)
 
     def layer(self, index: int) -> Layer:
         """Layer ``index`` (negative counts from the end) with every matrix; run again if it was not kept."""

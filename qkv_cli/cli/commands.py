@@ -18,6 +18,7 @@ from qkv_cli.cli.options import (
     MASKS,
     PREDICTION,
     RANDOM,
+    ROWS,
     SHOW_CHOICES,
     TEXT,
     BatchOpt,
@@ -85,7 +86,7 @@ def prepare(req, head):
 
 
 @app.command(epilog="Example: qkv run 'The animal did not cross the street because it was tired.' --heads 8 --causal")
-@takes(*EVERYTHING, PREDICTION)
+@takes(*EVERYTHING, PREDICTION, ROWS)
 def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt = "weights",
         precision: PrecisionOpt = 2, format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
         batch: BatchOpt = False):  # fmt: skip
@@ -99,7 +100,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     names = parse_show(show, SHOW_CHOICES)
     if save_npz is not None:
         check_output_path(save_npz)
-    req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table)
+    req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
     model, heads = prepare(req, head)
     emit(noted(compute(req, model)), names, heads, precision, format.value, save_npz)
 

@@ -198,6 +198,12 @@ ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWi
 CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]
 MASK_CHECKPOINT = [("model", ModelOpt, None), ("layer", MaskLayerOpt, None), ("download", DownloadOpt, False)]
 BUDGET = [("max_memory", MaxMemoryOpt, None)]
+RowsOpt = Annotated[
+    str | None,
+    typer.Option("--rows", metavar="A:B", help="With --model: keep only these query positions' weights, a Python "
+                 "slice (0:16; -128: for the last 128): long documents fit where every row would not."),
+]  # fmt: skip
+ROWS = [("rows", RowsOpt, None)]
 GenerateOpt = Annotated[
     int | None,
     typer.Option("--generate", min=1, help="With --model: a decoder writes N tokens; draw that."),

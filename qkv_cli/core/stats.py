@@ -12,24 +12,26 @@ def row_entropy(weights):  # [..., m, n] -> [..., m]: -sum_j alpha_ij log alpha_
     return -terms.sum(axis=-1)
 
 
-def attention_distance(weights, key_offset: int = 0):  # [..., m, n] -> [..., m]: sum_j alpha_ij |i - j|
+def attention_distance(weights, key_offset: int = 0, positions=None):  # [..., m, n] -> [..., m]: sum_j alpha_ij |i - j|
+    """positions: the query positions of the rows (default 0..m-1; --rows keeps some of them)."""
     m, n = weights.shape[-2:]
-    i = np.arange(m)[:, None]
+    i = (np.arange(m) if positions is None else np.asarray(positions))[:, None]
     j = np.arange(n)[None, :] + key_offset
     return (np.asarray(weights, dtype=np.float64) * np.abs(i - j)).sum(axis=-1)
 
 
-def head_summary(weights, live_rows=None, cross: bool = False):  # [tau, m, n] -> list of dicts, one per head
+def head_summary(weights, live_rows=None, cross: bool = False, positions=None):  # [tau, m, n] -> one dict a head
     """Mean over queries (rows with at least one allowed key) of entropy, row max and distance.
 
     cross: keys come from another text (cross-attention), so distance and self share mean nothing (nan),
-    even when m == n."""
+    even when m == n. positions: the rows' query positions among the n keys (--rows; default 0..m-1)."""
     tau, m, n = weights.shape
-    same = m == n and not cross
+    same = (m == n or positions is not None) and not cross
+    at = np.arange(m) if positions is None else np.asarray(positions)
     live = np.ones(m, dtype=bool) if live_rows is None else live_rows
     entropy = row_entropy(weights)
     peak = weights.max(axis=-1) if n else np.zeros((tau, m))
-    distance = attention_distance(weights) if same else np.full((tau, m), np.nan)
+    distance = attention_distance(weights, positions=at) if same else np.full((tau, m), np.nan)
     rows = []
     for j in range(tau):
         rows.append(
@@ -38,7 +40,7 @@ def head_summary(weights, live_rows=None, cross: bool = False):  # [tau, m, n] -
                 "entropy": float(entropy[j, live].mean()) if live.any() else 0.0,
                 "max_weight": float(peak[j, live].mean()) if live.any() else 0.0,
                 "mean_distance": float(distance[j, live].mean()) if live.any() else 0.0,
-                "self_share": float(np.diagonal(weights[j])[live].mean())
+                "self_share": float(weights[j][np.arange(m), at][live].mean())
                 if same and live.any()
                 else (0.0 if same else np.nan),
             }

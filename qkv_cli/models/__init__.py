@@ -28,8 +28,8 @@ _EXPORTS = {
     "FAMILIES": "registry",
     "family_for": "registry",
     "Model": "model",
-    "select_layers": "model",
-    "check_layer": "model",
+    "select_layers": "select",
+    "check_layer": "select",
     "estimate_bytes": "model",
 }
 __all__ = sorted(_EXPORTS)

@@ -72,7 +72,7 @@ class EncDecModel(Model):
                          f"{attention}_attention", None, what)  # fmt: skip
 
     def layer_weights(self, index: int, attention: str = "encoder") -> dict:
-        from qkv_cli.models.model import check_layer
+        from qkv_cli.models.select import check_layer
 
         l = check_layer(index, self.n_layers(attention))
         p = self.params

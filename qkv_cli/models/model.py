@@ -19,66 +19,25 @@ from qkv_cli.core.result import Kind, ModelInfo, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import ModelConfig, Param
 from qkv_cli.models.registry import family_for
+from qkv_cli.models.select import check_layer, select_layers, select_rows
+
+SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.fast.MAX_BLOCK_ROWS rows each)
 
 
-def check_layer(index: int, n_layers: int) -> int:
-    """A 0-based layer index (negative counts from the end) -> 0..L-1, or QkvError naming the valid range."""
-    if isinstance(index, bool) or not isinstance(index, int | np.integer):
-        raise QkvError(f"layer must be an integer, got {index!r}")
-    if not -n_layers <= index < n_layers:
-        raise QkvError(
-            f"layer {index} does not exist: the model has {n_layers} layers (0..{n_layers - 1}, or -1 for the last)"
-        )
-    return int(index) % n_layers
-
-
-def select_layers(layers, n_layers: int) -> list[int]:
-    """None -> []; "all" -> every layer; an int or a list of ints (negative from the end) -> sorted unique."""
-    if layers is None:
-        return []
-    if isinstance(layers, str):
-        if layers == "all":
-            return list(range(n_layers))
-        raise QkvError(f"layers must be 'all', an integer or a list of integers, got {layers!r}")
-    if not hasattr(layers, "__iter__"):
-        layers = [layers]
-    return sorted({check_layer(l, n_layers) for l in layers})
-
-
-def select_rows(rows, m: int) -> tuple[int, int] | None:
-    """--rows A:B, a Python slice over the m query positions ("-128:" the last 128), -> (r0, r1); None: all."""
-    if rows is None:
-        return None
-    if isinstance(rows, str):
-        parts = rows.split(":")
-        try:
-            if len(parts) != 2:
-                raise ValueError
-            rows = slice(*(int(x) if x.strip() else None for x in parts))
-        except ValueError:
-            raise QkvError(f"--rows {rows!r} is not a slice A:B of query positions (e.g. 0:16, or -128: for the "
-                           "last 128)") from None  # fmt: skip
-    if not isinstance(rows, slice) or rows.step not in (None, 1):
-        raise QkvError(f"rows must be a slice A:B with no step, got {rows!r}")
-    r = range(m)[rows]
-    if not len(r):
-        raise QkvError(f"--rows {_shown(rows)} selects no query of the {m} tokens: give A:B within 0..{m} "
-                       f"(or -{m}..-1 from the end)")  # fmt: skip
-    return r.start, r.stop
-
-
-def _shown(s: slice) -> str:
-    return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
-
-
-def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers: int = 0) -> int:
-    """Memory a forward pass of m tokens holds beyond the weights: every layer's attention, the hidden states,
-    one layer's activations, and per detailed layer its Q, K, V, scores, weights and outputs."""
+def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers: int = 0,
+                   kept_layers: int | None = None, rows: int | None = None) -> int:  # fmt: skip
+    """Memory a forward pass of m tokens holds beyond the weights: the kept layers' attention (every layer's when
+    kept_layers is None; `rows` query rows of each, every row when None), the hidden states, one layer's
+    activations (a layer whose rows are not all kept works a block of rows at a time), and per detailed layer its
+    Q, K, V, scores, weights and outputs."""
     item = np.dtype(dtype).itemsize
     L, tau, d, dk = config.n_layers, config.n_heads, config.d, config.d_k
+    kept = L if kept_layers is None else kept_layers
+    R = m if rows is None else min(rows, m)
     qkv = (tau + 2 * config.G) * dk
-    base = L * tau * m * m + (L + 1) * m * d + m * max(config.d_ff, qkv) * 2 + 2 * tau * m * m + 4 * m * d
-    per_layer = 2 * tau * m * m + m * (qkv + 2 * tau * dk) + 2 * m * d
+    scratch = 2 * tau * m * (m if rows is None and kept == L else min(m, SCRATCH_ROWS))
+    base = kept * tau * R * m + (L + 1) * m * d + m * max(config.d_ff, qkv) * 2 + scratch + 4 * m * d
+    per_layer = 2 * tau * R * m + m * (qkv + 2 * tau * dk) + 2 * m * d
     return item * (base + detailed_layers * per_layer)
 
 

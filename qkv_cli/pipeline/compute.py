@@ -53,13 +53,17 @@ def compute(req: Request, model=None) -> Result:
         return attribution(req, model)
     if req.model is not None:
         model = load_model(req) if model is None else model
+        if req.rows is not None and (req.generate or seq2seq.is_encdec(model)):
+            what = "--generate" if req.generate else f"an encoder-decoder ({model.name})"
+            raise QkvError(f"--rows keeps query rows of a decoder or encoder's forward pass, not of {what}")
         if not req.generate and (req.target is not None or req.attention is not None or seq2seq.is_encdec(model)):
             seq2seq.check_model(model, req.target, req.attention)
             return seq2seq.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
                                req.all_layers, s, req.max_memory)  # fmt: skip
         if req.generate:
             return generation(req, model)
-        run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory, chat=req.chat)
+        run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory,
+                             chat=req.chat, rows=req.rows, narrow=req.narrow)  # fmt: skip
         if req.predict or req.logit_lens:
             from qkv_cli.pipeline.predict import predict
 

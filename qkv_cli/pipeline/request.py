@@ -23,6 +23,8 @@ class Request:
     band: bool = False  # a long text under --window may keep only the band of the weights
     model: str | None = None  # --model: a checkpoint instead of random weights
     layers: tuple[int, ...] = ()  # --layer (0-based, -1 = last)
+    rows: str | None = None  # --rows A:B: keep the weights of these query positions only (None: every query)
+    narrow: bool = False  # the views read attention_layers: keep only the --layer ones when every layer's won't fit
     all_layers: bool = False  # without --layer: every layer's detail (JSON) instead of the last one
     download: bool = False
     max_memory: int | None = None  # bytes; None = half the RAM

@@ -23,9 +23,11 @@ def settings_line(result: Result) -> str:
         kv = f" G={result.G}" if result.G != result.tau else ""
         kind = f" ({info.layer_type})" if info.layer_type else ""
         kind += " no RoPE (NoPE layer)" if info.rope is False else ""
+        m = len(result.labels) if result.rows is None or result.is_cross else len(result.key_labels)
+        rows = "" if result.rows is None else f" queries {_span(result.rows)} ({len(result.rows)} of {m}, --rows)"
         return (
             f"{clean(info.name)} ({info.family}) layer {info.layer} of 0..{info.n_layers - 1}{kind}: "
-            f"m={len(result.labels)} d={result.d} tau={result.tau}{kv} d_k={result.d_k} scale={result.scale:.4g} "
+            f"m={m}{rows} d={result.d} tau={result.tau}{kv} d_k={result.d_k} scale={result.scale:.4g} "
             f"{mask} kernel={result.kernel} {result.dtype}"
         )
     s = result.settings
@@ -73,3 +75,7 @@ def ablation_line(rep: dict) -> str:
     unchanged = [k for k, v in rep["max_change"].items() if v == 0]
     tail = f"; unchanged: {', '.join(unchanged)}" if unchanged else ""
     return f"ablated {rep['target']} ({rep['with']}): max |change| vs the intact run: {parts}{tail}"
+
+
+def _span(rows) -> str:  # the kept query positions, consecutive: "8..10"
+    return f"{int(rows[0])}..{int(rows[-1])}"

@@ -38,7 +38,8 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
         if result.empty_rows.any():
             rows = ", ".join(str(i) for i in result.empty_rows.nonzero()[0][:10])
             out.print(f"queries with every key masked (weights all 0): {rows}", style="yellow")
-        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows, cross=result.is_cross)
+        summary = head_summary(result.weights[heads], live_rows=~result.empty_rows, cross=result.is_cross,
+                               positions=result.rows)  # fmt: skip
         for row, j in zip(summary, heads, strict=True):
             row["head"] = j
         out.print(tables.summary_table(summary))
