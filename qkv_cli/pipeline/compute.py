@@ -106,7 +106,7 @@ def generation(req: Request, model) -> Result:
         return seq2seq.generate(model, text, req.generate, req.max_memory)
     said = chat.prompt(model, text, req.chat)
     out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
-                   req.max_memory, eos=model.config.eos)  # fmt: skip
+                   req.max_memory, eos=model.config.eos, progress=req.progress)  # fmt: skip
     out.chat = said if req.chat is not None else None
     return out
 

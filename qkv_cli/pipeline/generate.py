@@ -29,9 +29,15 @@ def choose(z, temperature: float, top_k: int, rng) -> int:  # [V] scores -> the 
 
 
 def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             kernel: str = "vectorized", max_memory: int | None = None, eos=None) -> Result:  # fmt: skip
-    """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer)."""
+             kernel: str = "vectorized", max_memory: int | None = None, eos=None, progress=None) -> Result:  # fmt: skip
+    """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer).
+
+    progress(t, max_new, seconds): called after each written token t (0-based) with the time since the prompt
+    was read. A streamed model (models.stream) whose layers do not all fit reads the others again every step."""
+    from time import perf_counter
+
     from qkv_cli.models.cache import KVCache, bytes_needed, step
+    from qkv_cli.pipeline.checkpoint import check_memory
 
     c = model.config
     P = len(prompt)
@@ -43,10 +49,13 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
     limit = budget.default_max_memory() if max_memory is None else max_memory
     n_max = P + max_new - 1
     kept = max_new * c.n_layers * c.n_heads * n_max * model.dtype.itemsize
-    budget.check_budget(bytes_needed(c, P + max_new, model.dtype.itemsize) + kept + 4 * P * P * c.n_heads * 8,
-                        limit, "fewer --max-new-tokens, a shorter prompt, or --dtype float32")  # fmt: skip
+    activations = bytes_needed(c, P + max_new, model.dtype.itemsize) + kept + 4 * P * P * c.n_heads * 8
+    hints = "fewer --max-new-tokens, a shorter prompt" + ("" if model.dtype == np.float32 else ", or --dtype float32")
+    check_memory(model, activations, limit, hints)
     cache = KVCache(model, P + max_new)
+    start = perf_counter()
     out = step(model, np.asarray(prompt.ids), cache, kernel)  # the prompt at once (prefill)
+    prefill = perf_counter() - start
     if out.logits is None:
         raise QkvError(f"{model.name} is an encoder ({c.family}): it has no output head to write tokens with")
     eos = set(eos or ())
@@ -64,16 +73,21 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         top_probs.append(p[best])
         for layer, w in enumerate(out.attentions):  # the writing query's row: (tau, n) of this step's last token
             rows[t, layer, :, : w.shape[-1]] = w[:, -1]
+        if progress is not None:
+            progress(t, max_new, perf_counter() - start)
         if token in eos or t == max_new - 1:
             break
         out = step(model, [token], cache, kernel)
     steps = len(ids)
+    seconds = perf_counter() - start
     tokens = _tokens(model, list(prompt.ids) + ids)
     top_labels = [list(_tokens(model, [int(i) for i in best]).labels) for best in top_ids]
     return Result(kind=Kind.GENERATION, tokens=tokens, kernel=kernel, model=model.info(), prompt_len=P,
                   ids=np.asarray(tokens.ids), step_ids=np.asarray(ids), step_probs=np.asarray(probs),
                   step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs), step_top_labels=top_labels,
                   step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,
+                  timing={"prefill_seconds": prefill, "seconds": seconds,
+                          "seconds_per_token": (seconds - prefill) / max(1, steps - 1) if steps > 1 else prefill},
                   text=model.tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip
 
 

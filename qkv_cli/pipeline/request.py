@@ -32,6 +32,7 @@ class Request:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: every token may be sampled
     sample_seed: int = 0
+    progress: object = None  # generation: progress(t, max_new, seconds) after each written token (None: silent)
     chat: object = None  # pipeline.chat.Chat: wrap the text in a chat template (None: the text as it is)
     predict: bool = False  # the next-token predictions at every position
     logit_lens: bool = False  # ... after every layer

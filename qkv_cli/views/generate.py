@@ -43,7 +43,7 @@ def emit(gen: Result, layer: int | None, heads, precision: int, fmt: str, save_n
     )
     if fmt == "json":
         doc = {"model": gen.model.name, "prompt": gen.labels[: gen.prompt_len], "text": gen.text,
-               "attention_of": where, "cache_bytes": gen.cache_bytes, "steps": rows}  # fmt: skip
+               "attention_of": where, "cache_bytes": gen.cache_bytes, "timing": gen.timing, "steps": rows}  # fmt: skip
         sys.stdout.write(json.dumps(doc) + "\n")
     elif fmt == "csv":
         import csv
@@ -84,7 +84,17 @@ def table_view(gen: Result, rows: list[dict], where: str, precision: int) -> Non
         seen = " ".join(f"{short(a['token'], 8)}@{a['position']} {a['weight']:.{p}f}" for a in r["attended"])
         table.add_row(str(r["step"]), Text(short(r["token"], 12)), f"{r['prob']:.{p + 1}f}", Text(top), Text(seen))
     out.print(table)
-    out.print(f"KV cache at the end: {gen.cache_bytes:,} bytes for {len(gen.labels) - 1} tokens", style="dim")
+    out.print(
+        f"KV cache at the end: {gen.cache_bytes:,} bytes for {len(gen.labels) - 1} tokens" + timing(gen), style="dim"
+    )
+
+
+def timing(gen: Result) -> str:
+    """ "; 0.12 s a token after the prompt's 0.80 s": the time a written token took, beside the prefill's."""
+    t = gen.timing
+    if not t:
+        return ""
+    return f"; {t['seconds_per_token']:.3g} s a token after the prompt's {t['prefill_seconds']:.3g} s"
 
 
 def arrays(gen: Result) -> dict:
