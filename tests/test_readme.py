@@ -42,7 +42,11 @@ def run_cli(command: str) -> str:
     return normalize(result.output)
 
 
+TIMING = re.compile(r"[\d.]+ s a token after the prompt's [\d.]+ s")  # generation's timing: the machine's, not qkv's
+
+
 def normalize(text: str) -> str:
+    text = TIMING.sub("T s a token after the prompt's P s", text)
     return "\n".join(line.rstrip() for line in text.rstrip().split("\n")) + "\n"
 
 
