@@ -102,6 +102,10 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
         check_output_path(save_npz)
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
     model, heads = prepare(req, head)
+    if head and model is not None and not hasattr(model, "dec_heads"):  # the exports keep only these heads' weights
+        from dataclasses import replace
+
+        req = replace(req, heads=tuple(heads))
     emit(noted(compute(req, model)), names, heads, precision, format.value, save_npz)
 
 

@@ -86,6 +86,7 @@ class Result:
     layers: dict = field(default_factory=dict)  # layer -> LAYER Result, for the chosen layers
     attentions: np.ndarray | None = None  # (L, tau, m, m); (L_kept, tau, rows, m) with attention_layers or rows
     attention_layers: tuple[int, ...] | None = None  # the layers `attentions` holds (None: every layer)
+    attention_heads: tuple[int, ...] | None = None  # the heads `attentions` holds (None: every head)
     ids: np.ndarray | None = None  # (m,) vocabulary ids
     hidden_states: np.ndarray | None = None  # (L + 1, m, d): the embeddings, then each block's output
     last_hidden_state: np.ndarray | None = None  # (m, d), after the final norm where the family has one

@@ -19,24 +19,34 @@ from qkv_cli.core.result import Kind, ModelInfo, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import ModelConfig, Param
 from qkv_cli.models.registry import family_for
-from qkv_cli.models.select import check_layer, select_layers, select_rows
+from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
 
 SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.fast.MAX_BLOCK_ROWS rows each)
 
 
 def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers: int = 0,
-                   kept_layers: int | None = None, rows: int | None = None) -> int:  # fmt: skip
+                   kept_layers: int | None = None, rows: int | None = None,
+                   heads: int | None = None) -> int:  # fmt: skip
     """Memory a forward pass of m tokens holds beyond the weights: the kept layers' attention (every layer's when
     kept_layers is None; `rows` query rows of each, every row when None), the hidden states, one layer's
     activations (a layer whose rows are not all kept works a block of rows at a time), and per detailed layer its
-    Q, K, V, scores, weights and outputs."""
+    Q, K, V, scores, weights and outputs. heads: how many heads the kept attention holds (None: every head; fewer:
+    each kept layer's weights are computed whole, then those heads copied out)."""
     item = np.dtype(dtype).itemsize
     L, tau, d, dk = config.n_layers, config.n_heads, config.d, config.d_k
     kept = L if kept_layers is None else kept_layers
     R = m if rows is None else min(rows, m)
     qkv = (tau + 2 * config.G) * dk
     scratch = 2 * tau * m * (m if rows is None and kept == L else min(m, SCRATCH_ROWS))
-    base = kept * tau * R * m + (L + 1) * m * d + m * max(config.d_ff, qkv) * 2 + scratch + 4 * m * d
+    if heads is not None and heads < tau:
+        scratch += tau * R * m
+    base = (
+        kept * (tau if heads is None else heads) * R * m
+        + (L + 1) * m * d
+        + m * max(config.d_ff, qkv) * 2
+        + scratch
+        + 4 * m * d
+    )
     per_layer = 2 * tau * R * m + m * (qkv + 2 * tau * dk) + 2 * m * d
     return item * (base + detailed_layers * per_layer)
 
@@ -150,13 +160,14 @@ class Model:
         return self.forward(tokens.ids, layers=layers, kernel=kernel, tokens=tokens)
 
     def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None, keep=None,
-                rows=None) -> Result:  # fmt: skip
+                rows=None, heads=None) -> Result:  # fmt: skip
         """The forward pass on vocabulary ids (m,).
 
         layers: None (no details, the fastest), "all", or layer indices (0-based; -1 the last) that keep a LAYER
         Result. keep: the layers whose attention weights `attentions` holds (None: every layer; the others run
         through a kernel that holds one block of rows at a time). rows: a slice (or "A:B") of query positions
-        whose weights are kept (None: all). kernel: a core.kernels name."""
+        whose weights are kept (None: all). heads: the heads `attentions` keeps (None: all; a layer's detail keeps
+        every head). kernel: a core.kernels name."""
         from qkv_cli.core.kernels import get_kernel
 
         get_kernel(kernel)
@@ -179,18 +190,22 @@ class Model:
         fam, p, dt = self.family, self.params, self.dtype
         x = fam.embed(p, c, ids, 0, type_ids) if type_ids is not None else fam.embed(p, c, ids)
         hidden = stack_like(x, c.n_layers + 1)  # laid out like x (column-major for the decoders), so copies are fast
-        attentions = np.zeros((len(kept), c.n_heads, r1 - r0, m), dtype=dt)  # each kept layer's kernel writes its slot
+        chosen = None if heads is None else [check_head(j, c.n_heads) for j in heads]
+        tau_kept = c.n_heads if chosen is None else len(chosen)
+        attentions = np.zeros((len(kept), tau_kept, r1 - r0, m), dtype=dt)  # each kept layer's kernel writes its slot
         slot = {l: i for i, l in enumerate(kept)}
         hidden[0] = x
         details = {}
         for l, mask in enumerate(layer_masks(fam, c, m, m, dt)):
             if l in slot:
-                into, at = attentions[slot[l]], span
+                into, at = (attentions[slot[l]] if chosen is None else None), span
             elif l in detail:
                 into, at = None, span
             else:  # nothing kept: one block of rows at a time (small texts: one pass)
                 into, at = np.zeros((c.n_heads, 0, m), dtype=dt), (0, 0)
             x, parts = fam.block(p, c, l, x, mask, kernel, into=into, rows=at)
+            if l in slot and chosen is not None:  # the layer's weights (tau, rows, m): the kept heads copied out
+                attentions[slot[l]] = parts.weights[chosen]
             check_finite(x, l, self.name)
             hidden[l + 1] = x
             if l in detail:
@@ -202,6 +217,7 @@ class Model:
             layer_types=tuple(fam.layer_type(c, l) for l in range(c.n_layers)),
             layer_rules=tuple(fam.layer_mask(c, l) for l in range(c.n_layers)),
             attention_layers=None if keep is None else tuple(kept),
+            attention_heads=None if chosen is None else tuple(chosen),
             rows=None if span is None else np.arange(r0, r1),
         )  # fmt: skip
 

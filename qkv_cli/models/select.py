@@ -56,3 +56,12 @@ def select_rows(rows, m: int) -> tuple[int, int] | None:
 
 def _shown(s: slice) -> str:
     return f"{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}"
+
+
+def check_head(index: int, n_heads: int) -> int:
+    """A head index 0..tau-1 (--head), or QkvError naming the valid range."""
+    if isinstance(index, bool) or not isinstance(index, int | np.integer):
+        raise QkvError(f"head must be an integer, got {index!r}")
+    if not 0 <= index < n_heads:
+        raise QkvError(f"--head {index} does not exist: heads are numbered 0..{n_heads - 1}")
+    return int(index)

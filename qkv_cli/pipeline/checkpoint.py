@@ -38,11 +38,11 @@ def check_memory(model, activations: int, limit: int, hints: str, what: str = "t
 
 def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "vectorized",
         max_memory: int | None = None, detail: bool = True, chat=None, rows=None,
-        narrow: bool = False) -> Result:  # fmt: skip
+        narrow: bool = False, heads=None) -> Result:  # fmt: skip
     """Forward `text` (in a chat template with chat): a MODEL Result with a LAYER Result for each chosen layer
     (none without detail). Every layer's attention is kept; with narrow (views that read attention_layers) only
     the chosen layers' when every layer's does not fit the budget. rows ("A:B", a slice over the query
-    positions): only those queries' weights are kept."""
+    positions): only those queries' weights are kept; heads (--head): only those heads' (None: every head)."""
     from qkv_cli.models.select import select_rows
     from qkv_cli.pipeline.chat import prompt
 
@@ -52,11 +52,11 @@ def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "
     m = len(tokens)
     span = select_rows(rows, m)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    plan = Plan(model, m, len(chosen), span, limit, given=_given(layers, rows, model.dtype))
+    plan = Plan(model, m, len(chosen), span, limit, given=_given(layers, rows, model.dtype), heads=heads)
     keep = plan.keep(chosen) if narrow else None
     plan.check(keep)
     ids = np.asarray(tokens.ids, dtype=np.int64)
-    out = model.forward(ids, layers=chosen, kernel=kernel, tokens=tokens, keep=keep, rows=rows)
+    out = model.forward(ids, layers=chosen, kernel=kernel, tokens=tokens, keep=keep, rows=rows, heads=heads)
     out.chat = said if chat is not None else None
     return out
 
@@ -71,8 +71,9 @@ class Plan:
     """What a checkpoint run keeps, sized before it runs: every layer's attention when the budget holds it, else
     the chosen layers'; a refusal gives each option's figure (never one already given)."""
 
-    def __init__(self, model, m: int, detailed: int, span, limit: int, given: set[str]):
+    def __init__(self, model, m: int, detailed: int, span, limit: int, given: set[str], heads=None):
         self.model, self.m, self.detailed, self.span, self.limit, self.given = model, m, detailed, span, limit, given
+        self.heads = None if heads is None else len(heads)
         self.rows = None if span is None else span[1] - span[0]
 
     def activations(self, kept: int, rows="same", dtype=None, detailed=None) -> int:
@@ -80,7 +81,7 @@ class Plan:
 
         rows = self.rows if rows == "same" else rows
         detailed = self.detailed if detailed is None else detailed
-        return estimate_bytes(self.model.config, self.m, dtype or self.model.dtype, detailed, kept, rows)
+        return estimate_bytes(self.model.config, self.m, dtype or self.model.dtype, detailed, kept, rows, self.heads)
 
     def total(self, activations: int, itemsize_ratio: float = 1.0) -> int:
         """Weights (a streamed model: as many layers resident as fit, at least the two being read) + activations."""

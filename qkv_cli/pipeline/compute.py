@@ -63,7 +63,7 @@ def compute(req: Request, model=None) -> Result:
         if req.generate:
             return generation(req, model)
         run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory,
-                             chat=req.chat, rows=req.rows, narrow=req.narrow)  # fmt: skip
+                             chat=req.chat, rows=req.rows, narrow=req.narrow, heads=req.heads)  # fmt: skip
         if req.predict or req.logit_lens:
             from qkv_cli.pipeline.predict import predict
 

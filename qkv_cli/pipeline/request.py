@@ -24,6 +24,7 @@ class Request:
     model: str | None = None  # --model: a checkpoint instead of random weights
     layers: tuple[int, ...] = ()  # --layer (0-based, -1 = last)
     rows: str | None = None  # --rows A:B: keep the weights of these query positions only (None: every query)
+    heads: tuple[int, ...] | None = None  # --head with --model: the heads whose weights `attentions` keeps (None: all)
     narrow: bool = False  # the views read attention_layers: keep only the --layer ones when every layer's won't fit
     all_layers: bool = False  # without --layer: every layer's detail (JSON) instead of the last one
     download: bool = False

@@ -22,15 +22,18 @@ FAMILY_ARRAYS = tuple(name for names in BESIDE.values() for name in names)
 
 def checkpoint_extras(run: Result) -> dict:
     """What a checkpoint run exports under the same names in NPZ and JSON, beside the chosen layers' matrices:
-    the token ids (m,), the kept layers' weights (L_kept, tau, rows, m: every layer and every query unless the
-    budget or --rows kept fewer), which layers (attention_layers) and query positions (rows) those are, every
+    the token ids (m,), the kept layers' weights (L_kept, tau_kept, rows, m: every layer, head and query unless
+    the budget, --head or --rows kept fewer), which layers (attention_layers), heads (attention_heads) and query
+    positions (rows) those are, every
     layer's kind (L,), the last hidden state (m, d), and the scalars G and d_k."""
     first = run.first_layer()
     L, m = len(run.layer_types), len(run.ids)
     kept = list(range(L)) if run.attention_layers is None else [int(x) for x in run.attention_layers]
+    tau = run.attentions.shape[1]
+    heads = list(range(tau)) if run.attention_heads is None else [int(x) for x in run.attention_heads]
     rows = list(range(m)) if run.rows is None else [int(x) for x in run.rows]
-    return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "attention_layers": kept, "rows": rows,
-            "layer_types": list(run.layer_types),
+    return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "attention_layers": kept,
+            "attention_heads": heads, "rows": rows, "layer_types": list(run.layer_types),
             "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k,
             **(run.seq2seq or {})}  # fmt: skip
 

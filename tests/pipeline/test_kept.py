@@ -136,3 +136,14 @@ def test_rows_are_refused_where_they_mean_nothing(gguf):
         qkv.run("a b c", model=str(gguf), rows=slice(0, 3, 2))
     with pytest.raises(QkvError, match="rows must be a slice"):
         qkv.run("a b c", model=str(gguf), rows=3)
+
+
+@pytest.mark.reference
+def test_head_keeps_only_those_heads_weights(gguf, reference, tmp_path):
+    res = invoke(
+        ["run", TEXT, "--model", str(gguf), "--head", "2,7", "--rows", "-3:", "--save-npz", str(tmp_path / "h.npz")]
+    )
+    assert res.exit_code == 0, res.output
+    with np.load(tmp_path / "h.npz") as z:
+        assert list(z["attention_heads"]) == [2, 7] and z["attentions"].shape[:3] == (30, 2, 3)
+        np.testing.assert_allclose(z["attentions"], reference(z["ids"])[:, [2, 7], -3:, :], atol=1e-12, rtol=0)
