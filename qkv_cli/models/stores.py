@@ -101,8 +101,11 @@ def _ollama_parts(spec: str) -> tuple[str, str, str, str]:
 
 def ollama_blob(root: Path, manifest: Path, what: str) -> Path:
     """The GGUF blob a manifest names, checked: bounded JSON, one model layer, a sha256 digest, a file in blobs/."""
-    doc = parse_json(read_regular(_inside(root, manifest, f"{what}: manifest"), MANIFEST_LIMIT, f"{what}: manifest"),
-                     shown(str(manifest)))  # fmt: skip
+    data = read_regular(_inside(root, manifest, f"{what}: manifest"), MANIFEST_LIMIT, f"{what}: manifest")
+    try:
+        doc = parse_json(data, shown(str(manifest)))
+    except QkvError as exc:
+        raise QkvError(f"{what}: manifest {exc}") from None
     layers = doc.get("layers") if isinstance(doc, dict) else None
     if not isinstance(layers, list):
         raise QkvError(f"{what}: manifest '{shown(str(manifest))}' has no list of layers")
