@@ -143,11 +143,11 @@ def ollama_models() -> list[tuple[str, Path | None, str | None]]:
         for namespace in _listed(registry):
             for model in _listed(namespace):
                 for tag in _listed(model):
-                    name = OLLAMA + shown(ollama_name(registry.name, namespace.name, model.name, tag.name))
+                    name = shown(ollama_name(registry.name, namespace.name, model.name, tag.name))
                     try:
-                        out.append((name, ollama_blob(root, tag, f"ollama model '{name}'"), None))
+                        out.append((OLLAMA + name, ollama_blob(root, tag, f"ollama model '{name}'"), None))
                     except (QkvError, OSError) as exc:
-                        out.append((name, None, str(exc)))
+                        out.append((OLLAMA + name, None, str(exc)))
     return out
 
 
