@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from itertools import islice
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
@@ -73,7 +74,7 @@ def _inside(root: Path, path: Path, what: str) -> Path:
 
 def _listed(folder: Path) -> list[Path]:
     try:
-        return sorted(folder.iterdir())[:MAX_ENTRIES] if folder.is_dir() else []
+        return sorted(islice(folder.iterdir(), MAX_ENTRIES)) if folder.is_dir() else []
     except OSError:
         return []
 
@@ -95,8 +96,8 @@ def _ollama_parts(spec: str) -> tuple[str, str, str, str]:
     parts = [*head.split("/"), name] if head else [name]
     if len(parts) > 3 or (colon and not tag):
         raise QkvError(f"--model {shown(spec)!r} is not ollama:NAME[:TAG] (or ollama:NAMESPACE/NAME[:TAG])")
-    parts = [REGISTRY, NAMESPACE][: 3 - len(parts)] + parts
-    return (*(_part(p, spec) for p in parts), _part(tag or "latest", spec))  # type: ignore[return-value]
+    registry, namespace, name = [_part(p, spec) for p in [REGISTRY, NAMESPACE][: 3 - len(parts)] + parts]
+    return registry, namespace, name, _part(tag or "latest", spec)
 
 
 def ollama_blob(root: Path, manifest: Path, what: str) -> Path:
@@ -164,6 +165,8 @@ def resolve_lmstudio(spec: str) -> Path:
     if len(parts) not in (2, 3):
         raise QkvError(f"--model {shown(spec)!r} is not lmstudio:PUBLISHER/REPO or lmstudio:PUBLISHER/REPO/FILE.gguf")
     parts = [_part(p, spec) for p in parts]
+    if len(parts) == 3 and not parts[2].lower().endswith(".gguf"):
+        raise QkvError(f"--model {shown(spec)!r}: LM Studio's model files are .gguf files")
     roots = lmstudio_roots()
     for root in roots:
         repo = root / parts[0] / parts[1]

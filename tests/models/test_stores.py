@@ -163,11 +163,13 @@ def test_a_name_not_in_the_store_says_where_it_looked(stores):
 
 @pytest.mark.parametrize("spec", ["ollama:", "ollama:../x", "ollama:./x", "ollama:a/b/c/d", "ollama:x:",
                                   "ollama:x:..", "ollama:a\x1bb", "ollama:a\\b", "lmstudio:p", "lmstudio:p/..",
-                                  "lmstudio:p/r/../../x.gguf", "lmstudio:a/b/c/d", "lmstudio:p//f.gguf"])  # fmt: skip
+                                  "lmstudio:p/r/../../x.gguf", "lmstudio:a/b/c/d", "lmstudio:p//f.gguf",
+                                  "lmstudio:p/r/notes.txt"])  # fmt: skip
 def test_a_malformed_store_name_is_refused(stores, spec):
     with pytest.raises(QkvError) as err:
         resolve_model(spec)
     assert "\x1b" not in str(err.value) and "\n" not in str(err.value)
+    assert " is not in " not in str(err.value)  # refused as a name, not looked up
 
 
 def test_an_empty_or_absent_store_lists_nothing(stores):
