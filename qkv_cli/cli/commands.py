@@ -225,7 +225,8 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table)
 
 @app.command(epilog="Example: qkv models --format json")
 def models(format: TableJsonOpt = TableJson.table):
-    """List the checkpoints qkv can find: the Hugging Face cache and installed packages that ship one."""
+    """List the checkpoints qkv can find: the Hugging Face cache, installed packages that ship one, and the GGUF
+    models of ollama's and LM Studio's stores."""
     from qkv_cli.models import find_models
     from qkv_cli.views.model import emit_models
 

@@ -1,4 +1,5 @@
-"""`qkv models`: the checkpoints qkv can find, in the Hugging Face cache and in installed packages.
+"""`qkv models`: the checkpoints qkv can find, in the Hugging Face cache, in installed packages and in ollama's and
+LM Studio's stores.
 
 Each is described from its config.json or GGUF header only. One bad entry (a broken config, a hostile ref, an
 unreadable file) is listed with its error; it never stops the listing.
@@ -102,9 +103,25 @@ def package_models() -> list[dict]:
     return rows
 
 
-def find_models() -> list[dict]:
-    """Checkpoints qkv can load: the Hugging Face cache and installed packages that ship one.
+def store_models() -> list[dict]:
+    """The GGUF models of ollama's and LM Studio's stores; a bad manifest or file is a row with its error."""
+    from qkv_cli.models.stores import lmstudio_models, ollama_models
 
-    Each row: name, path, source ("hf-cache" or "package"), package, family, layers, heads, kv_heads, d,
-    vocab_size, size_bytes, error (None, or why the checkpoint could not be described)."""
-    return cache_models() + package_models()
+    rows = []
+    for source, found in (("ollama", ollama_models()), ("lmstudio", lmstudio_models())):
+        for name, path, error in found:
+            if path is None:
+                rows.append(dict.fromkeys(FIELDS) | {"name": name, "source": source, "package": "", "family": "?",
+                                                     "error": error.splitlines()[0]})  # fmt: skip
+            elif (row := describe(path, name, source)) is not None:
+                rows.append(row)
+    return rows
+
+
+def find_models() -> list[dict]:
+    """Checkpoints qkv can load: the Hugging Face cache, installed packages that ship one, and the GGUF models of
+    ollama's and LM Studio's stores.
+
+    Each row: name, path, source ("hf-cache", "package", "ollama" or "lmstudio"), package, family, layers, heads,
+    kv_heads, d, vocab_size, size_bytes, error (None, or why the checkpoint could not be described)."""
+    return cache_models() + package_models() + store_models()

@@ -79,12 +79,17 @@ def is_gguf(path: Path) -> bool:
 
 
 def resolve_model(spec: str, download: bool = False) -> Path:
-    """A model folder or GGUF file for `spec`: an existing folder or .gguf file, an installed package's model, or a
-    Hub name (org/name[@rev]) in the local Hugging Face cache. Only with download=True is a missing name fetched."""
+    """A model folder or GGUF file for `spec`: an existing folder or .gguf file, an installed package's model, a Hub
+    name (org/name[@rev]) in the local Hugging Face cache, or a model of ollama's or LM Studio's store (stores.py).
+    Only with download=True is a missing Hub name fetched."""
     from qkv_cli.files import is_file_name
 
     if not is_file_name(spec):
         raise QkvError(f"--model {spec!r} is not a file or folder name")
+    from qkv_cli.models.stores import is_store_spec, resolve_store
+
+    if is_store_spec(spec):  # ollama:NAME[:TAG], lmstudio:PUBLISHER/REPO[/FILE.gguf]
+        return resolve_store(spec)
     path = Path(spec).expanduser()
     if path.exists():
         if not path.is_dir():

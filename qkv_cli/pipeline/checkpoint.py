@@ -11,11 +11,13 @@ HINTS = "fewer --layer, --dtype float32, or a shorter text"  # the batch and pro
 
 
 def load(spec: str, dtype: str, download: bool = False, max_memory: int | None = None):
-    """The Model behind --model SPEC (a folder, a cache name or an installed package), weights in `dtype`."""
+    """The Model behind --model SPEC (a folder, a cache name, an installed package, an ollama or LM
+    Studio name), weights in `dtype`."""
     from qkv_cli.models import load_model, resolve_model
+    from qkv_cli.models.stores import name_of
 
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    return load_model(resolve_model(spec, download=download), dtype=dtype, max_memory=limit)
+    return load_model(resolve_model(spec, download=download), dtype=dtype, name=name_of(spec), max_memory=limit)
 
 
 def chosen_layers(model, layers, all_layers: bool) -> list[int]:

@@ -49,11 +49,12 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
 
     from qkv_cli.models import family_for, resolve_model
     from qkv_cli.models.load import stored_tensors
+    from qkv_cli.models.stores import name_of
     from qkv_cli.models.weights import SKIP
 
     if text is not None:
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
-    c, stored = stored_tensors(resolve_model(spec, download=download))
+    c, stored = stored_tensors(resolve_model(spec, download=download), name_of(spec))
     m = 30 if m is None else m
     if n is not None and c.seq2seq is None:
         raise QkvError("--n cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask")

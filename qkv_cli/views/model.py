@@ -112,7 +112,9 @@ def emit_models(rows: list[dict], fmt: str) -> None:
         return
     out = console()
     if not rows:
-        out.print("no checkpoints found (Hugging Face cache or installed packages); give --model a folder")
+        out.print(
+            "no checkpoints found (Hugging Face cache, installed packages, ollama, LM Studio); give --model a folder"
+        )
         return
     table = Table(title="Checkpoints for --model", title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0))
     names = ("name", "family", "layers", "heads", "d", "vocab", "size", "path")
