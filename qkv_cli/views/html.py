@@ -3,7 +3,8 @@
 The page is qkv_cli/views/page/view.html with its CSS and JavaScript inlined and the run's data (html_data) as one
 JSON script element: no network access of any kind (a Content-Security-Policy forbids it), so it opens from
 file:// anywhere. The data is escaped for a script element (no '<', '>' or '&' survives), and every label is set
-in the page as text, never as markup.
+in the page as text, never as markup. save_page refuses a page above its limit (--max-page-size) and returns the line
+qkv view prints: the page's size and what it holds.
 """
 
 from __future__ import annotations
