@@ -12,21 +12,27 @@ from qkv_cli.cli.params import Opts, request, takes
 from qkv_cli.errors import QkvError
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
+MaxPageOpt = Annotated[
+    str, typer.Option("--max-page-size", metavar="SIZE", help="Refuse to write a page larger than this, e.g. 200MB.")
+]
 OpenOpt = Annotated[bool, typer.Option("--open", help="Also open the page in the web browser.")]
 
 
 @app.command(epilog="Example: qkv view 'The cat sat on the mat.' --heads 4 --causal --out cat.html")
 @takes(*DRAWN)
 def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", open_: OpenOpt = False,
-         batch: BatchOpt = False, method: MethodOpt = None, head_fusion: HeadFusionOpt = None):  # fmt: skip
+         max_page_size: MaxPageOpt = "100MB", batch: BatchOpt = False, method: MethodOpt = None,
+         head_fusion: HeadFusionOpt = None):  # fmt: skip
     """Write one self-contained HTML page (offline, no network) to explore the attention weights: a head view,
     a model view of every layer and head, a matrix view with each cell's numbers. With no TEXT, a sample.
 
     With --generate N, what each written token read; with --method, the layer's weights beside that attribution."""
+    from qkv_cli.core.budget import parse_size
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.html import check_page_path, save_page
 
     check_page_path(out)
+    limit = parse_size(max_page_size, "--max-page-size")
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
@@ -39,7 +45,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
 
         layer = check_layer(opts.layer[0], model.config.n_layers) if opts.layer else None
         options = {"kv_heads": model.config.G, "layer": layer}
-    typer.echo(save_page(noted(compute(req, model)), out, **options))
+    typer.echo(save_page(noted(compute(req, model)), out, limit, **options), err=True)
     if open_:
         import webbrowser
 

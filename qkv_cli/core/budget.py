@@ -37,15 +37,15 @@ def default_max_memory() -> int:
     return physical_memory() // 2
 
 
-def parse_size(text: str) -> int:
-    """'4GB', '500 MiB', '1e9' -> bytes."""
+def parse_size(text: str, option: str = "--max-memory") -> int:
+    """'4GB', '500 MiB', '1e9' -> bytes (option: named in the error)."""
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = match.group(2).lower() if match else None
     if not match or unit not in UNITS:
-        raise QkvError(f"--max-memory {text!r} is not a size: use e.g. 500MB, 4GB or 2GiB")
+        raise QkvError(f"{option} {text!r} is not a size: use e.g. 500MB, 4GB or 2GiB")
     size = float(match.group(1)) * UNITS[unit]
     if not 1 <= size < 2**63:
-        raise QkvError(f"--max-memory {text!r} is {human(size)}: give at least 1 byte, e.g. 500MB, 4GB or 2GiB")
+        raise QkvError(f"{option} {text!r} is {human(size)}: give at least 1 byte, e.g. 500MB, 4GB or 2GiB")
     return int(size)
 
 

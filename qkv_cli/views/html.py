@@ -3,7 +3,8 @@
 The page is qkv_cli/views/page/view.html with its CSS and JavaScript inlined and the run's data (html_data) as one
 JSON script element: no network access of any kind (a Content-Security-Policy forbids it), so it opens from
 file:// anywhere. The data is escaped for a script element (no '<', '>' or '&' survives), and every label is set
-in the page as text, never as markup.
+in the page as text, never as markup. save_page refuses a page above its limit (--max-page-size) and returns the line
+qkv view prints: the page's size and what it holds.
 """
 
 from __future__ import annotations
@@ -173,9 +174,11 @@ def _sha256(text: str) -> str:
     return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode("utf-8")).digest()).decode("ascii") + "'"
 
 
-def render(result: Result, **options) -> str:
-    """The whole page as one string (options: page_data's kv_heads and layer)."""
-    doc = page_data(result, **options)
+MAX_PAGE = 100_000_000  # bytes: qkv view refuses a larger page unless --max-page-size raises the limit
+
+
+def render_doc(doc: dict) -> str:
+    """The whole page of page_data's doc as one string."""
     css, js = code()
     # nothing may be fetched: no default source; only this page's own script and style (by their hashes) run
     csp = f"default-src 'none'; script-src {_sha256(js)}; style-src {_sha256(css)}; base-uri 'none'; form-action 'none'"
@@ -183,12 +186,35 @@ def render(result: Result, **options) -> str:
     return _MARK.sub(lambda m: values[m.group(1)], asset("view.html"))  # one pass: inserted text is never rescanned
 
 
-def save_page(result: Result, path, **options) -> str:
-    """Write the page atomically; return a one-line description of what was written (options: see page_data)."""
+def render(result: Result, **options) -> str:
+    """The whole page as one string (options: page_data's kv_heads and layer)."""
+    return render_doc(page_data(result, **options))
+
+
+def contents(doc: dict) -> str:
+    """What the page holds, for the line qkv view prints: "30 layers x 9 heads x 551 x 551, 8-bit weights"."""
+    s = doc["sentences"][0]
+    cols = doc["band"] or len(s["keys"])
+    shape = f"{doc['L']} layer{'s' if doc['L'] != 1 else ''} x {doc['tau']} heads x {len(s['tokens'])} x {cols}"
+    entries = [e for t in doc["sentences"] for e in t["layers"]]
+    kinds = [name for key, name in (("q8", "8-bit weights"), ("w", "12-bit weights"), ("s", "float16 scores"))
+             if any(key in e for e in entries)]  # fmt: skip
+    batch = f"{len(doc['sentences'])} sentences, " if len(doc["sentences"]) > 1 else ""
+    return batch + shape + (", " + " and ".join(kinds) if kinds else "")
+
+
+def save_page(result: Result, path, max_bytes: int = MAX_PAGE, **options) -> str:
+    """Write the page atomically, unless it would exceed max_bytes; return the one line qkv view prints (its
+    size and what it holds). options: see page_data."""
     from qkv_cli.core.budget import human
     from qkv_cli.views.files import atomic_write
 
-    data = render(result, **options).encode("utf-8")
+    doc = page_data(result, **options)
+    data = render_doc(doc).encode("utf-8")
+    if len(data) > max_bytes:
+        raise QkvError(f"the page would be {human(len(data))} ({contents(doc)}), more than --max-page-size "
+                       f"{human(max_bytes)}: keep fewer tokens (--file with less text), or raise the limit, "
+                       f"e.g. --max-page-size {human(2 * len(data)).replace(' ', '')}")  # fmt: skip
     with atomic_write(path) as handle:
         handle.write(data)
-    return f"wrote {path} ({human(len(data))}, one self-contained page: open it in a browser)"
+    return f"wrote {path} ({human(len(data))}: {contents(doc)}; open it in a browser)"

@@ -6,6 +6,13 @@
   alpha = Softmax(S + Mask) row by row from them, so one stored number per cell gives both the score and the
   weight. The reconstruction is checked here against the computed weights; a layer that misses by more than
   TOLERANCE stores its 12-bit weights as well (the page then shows those).
+- A large page (more than COMPACT_CELLS stored cells, e.g. a checkpoint on hundreds of tokens) is compact: a layer
+  without scores stores its weights as 8 bits of the row's largest, q = round(255 alpha / max_row), with each
+  row's max in float32, and q < CUT (under 1% of the row's largest: no colour, no line) stored as 0; its scores
+  (detail layers) stay float16 as above, with the cells the mask removes stored as 0 ("maskedScores": false: the
+  page shows no score there). Every compact binary field is zlib-deflated, written "z:" + base64, and
+  the page inflates it (DecompressionStream) before it draws: the zeros and the masked cells then cost almost
+  nothing.
 - Masks: one bit per cell (1 = removed, -inf), each distinct grid stored once.
 - A generation (generation_sentence): one layer entry per layer, 12-bit weights (tau, steps, n_max): row t is the
   query that wrote token prompt_len + t; keys prompt_len + t and after are masked (step t had not read them).
@@ -25,6 +32,9 @@ import numpy as np
 LEVELS = 4095  # 12-bit fixed point
 TOLERANCE = 5e-4  # the largest |Softmax(stored S + Mask) - alpha| accepted before the weights are stored too
 F16_MAX = 65504.0
+COMPACT_CELLS = 4_194_304  # above this many stored weights a page is compact: 8-bit row shares, deflated
+Q8 = 255  # compact weights: q = round(255 alpha / max_row)
+CUT = 3  # compact weights with q < CUT (alpha under 1% of its row's largest) are stored as 0
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -36,6 +46,21 @@ def label(text) -> str:
 
 def b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
+
+
+def deflated(raw: bytes) -> str:
+    """A compact page's binary field: "z:" + base64 of the zlib stream (the page inflates it)."""
+    import zlib
+
+    return "z:" + b64(zlib.compress(raw, 6))
+
+
+def pack8(weights) -> dict:  # [tau, m, n] in [0, 1] -> {"q8": deflated 8-bit row shares, "rmax": float32 row maxima}
+    w = np.asarray(weights, dtype=np.float64)
+    top = w.max(axis=-1, initial=0.0)
+    q = np.rint(w / np.where(top > 0, top, 1.0)[..., None] * Q8)
+    q = np.where(q < CUT, 0, q).astype(np.uint8)
+    return {"q8": deflated(q.tobytes()), "rmax": b64(top.astype("<f4").tobytes())}
 
 
 def pack12(weights) -> str:  # [...] in [0, 1] -> base64 of q = round(4095 w), 3 bytes per pair, row-major
@@ -71,14 +96,22 @@ def softmax_rows(rel, masked):  # [tau, m, n] float16 S - max, [m, n] -> what th
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def layer(weights, scores=None, masked=None) -> dict:
-    """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights."""
+def layer(weights, scores=None, masked=None, compact: bool = False) -> dict:
+    """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights.
+    compact: {"q8", "rmax"} instead of {"w"}, and the scores deflated."""
     entry = {}
     if scores is not None:
         rel, top = relative_scores(scores, masked)
-        entry = {"s": b64(rel.astype("<f2").tobytes()), "top": b64(top.astype("<f4").tobytes())}
+        if compact:  # the scores of removed cells are not shown on a compact page: 0, so they cost nothing
+            rel = np.where(masked[None], np.float16(0), rel)
+        raw = rel.astype("<f2").tobytes()
+        entry = {"s": deflated(raw) if compact else b64(raw), "top": b64(top.astype("<f4").tobytes())}
+        if compact:
+            entry["maskedScores"] = False
         if np.abs(softmax_rows(rel, masked) - np.asarray(weights, dtype=np.float64)).max(initial=0.0) <= TOLERANCE:
             return entry
+    if compact:
+        return {**entry, **pack8(weights)}
     entry["w"] = pack12(weights)
     return entry
 
@@ -110,9 +143,10 @@ def model_sentence(run) -> dict:
     """A MODEL Result: every layer's weights; scores where the run kept a layer in detail."""
     from qkv_cli.views.html_stats import model_stats
 
-    L = run.attentions.shape[0]
+    L, compact = run.attentions.shape[0], run.attentions.size > COMPACT_CELLS
     masks = [run.layers[l].masked if l in run.layers else run.layer_masked(l) for l in range(L)]
-    layers = [layer(run.attentions[l], run.layers[l].scores if l in run.layers else None, masks[l]) for l in range(L)]
+    layers = [layer(run.attentions[l], run.layers[l].scores if l in run.layers else None, masks[l], compact)
+              for l in range(L)]  # fmt: skip
     return sentence(" ".join(run.labels), run.labels, run.labels, layers, masks, model_stats(run))
 
 
@@ -120,7 +154,8 @@ def band_sentence(r) -> dict:
     """A BAND Result: weights_band[j, i, t] (query i on key i - n_c + 1 + t), 12-bit; no scores, no grid."""
     from qkv_cli.views.html_stats import band_stats
 
-    return sentence(" ".join(r.labels[:12]), r.labels, r.labels, [{"w": pack12(r.band)}], [], band_stats(r))
+    entry = pack8(r.band) if r.band.size > COMPACT_CELLS else {"w": pack12(r.band)}
+    return sentence(" ".join(r.labels[:12]), r.labels, r.labels, [entry], [], band_stats(r))
 
 
 def generation_sentence(gen) -> dict:
@@ -130,7 +165,8 @@ def generation_sentence(gen) -> dict:
 
     P, (steps, L, _, n) = gen.prompt_len, gen.step_attentions.shape
     masked = generation_masked(P, steps, n)
-    layers = [{"w": pack12(gen.step_attentions[:, l].transpose(1, 0, 2))} for l in range(L)]  # (tau, steps, n)
+    pack = pack8 if gen.step_attentions.size > COMPACT_CELLS else (lambda w: {"w": pack12(w)})
+    layers = [pack(gen.step_attentions[:, l].transpose(1, 0, 2)) for l in range(L)]  # (tau, steps, n)
     written, keys = gen.labels[P : P + steps], gen.labels[:n]
     out = sentence(" ".join(gen.labels[:P]) + " \u2192 " + " ".join(written), written, keys, layers, [masked] * L,
                    generation_stats(gen, masked))  # fmt: skip

@@ -243,3 +243,36 @@ def test_tiny_random_decoder_page(pages, viewer, transformers, torch, tmp_path):
     v.page.keyboard.press("ArrowRight")  # query 0 on key 1: after it, masked
     assert "mask \u2212\u221e" in v.page.inner_text("#tip") and "reads key/value head 0" in v.page.inner_text("#tip")
     v.clean()
+
+
+def test_a_compact_page_shows_the_run_within_its_storage(pages, viewer, monkeypatch):
+    """A large page (here: every page, the limit lowered) stores 8-bit row shares, deflated: each shown weight is
+    within 1% of its row's largest (under 1% of it: 0), the detail layer's weights and scores stay exact, and the
+    scores of masked cells are said not to be stored."""
+    from helpers import smollm2_gguf
+
+    from qkv_cli.views import html_data
+
+    monkeypatch.setattr(html_data, "COMPACT_CELLS", 0)
+    html, z = pages("The cat sat on the mat because it was tired.", "--model", smollm2_gguf(), "--dtype", "float32")
+    assert '"z:' in html.read_text()
+    v = viewer(html)
+    shown, A = v.weights(), z["attentions"]
+    L, _, m, _ = A.shape
+    top = A.max(axis=-1, keepdims=True)
+    assert np.all(np.abs(shown[:-1] - A[:-1]) <= 0.0099 * top[:-1] + 1e-6)
+    assert not shown[:-1][A[:-1] < 0.009 * top[:-1]].any()  # invisible weights are stored as 0
+    assert np.abs(shown[:-1] - A[:-1]).max() > 1e-4  # (coarser than 12 bits: the compact storage was used)
+    assert_close(shown[-1], A[-1])  # the detail layer: from its scores
+    assert v.js(f"window.qkvView.score({L - 1}, 0, 3, 1)") == pytest.approx(float(z["scores"][0, 3, 1]), abs=0.02)
+    assert v.js(f"window.qkvView.score({L - 1}, 0, 1, 3)") is None  # masked: not stored
+    v.js(f"window.qkvView.select({{view: 'matrix', layer: {L - 1}, head: 0, query: 1}})")
+    v.page.focus("#mx")
+    v.page.keyboard.press("ArrowRight")
+    v.page.keyboard.press("ArrowRight")  # query 1 on key 2: after it, masked
+    assert "score: not stored" in v.page.inner_text("#tip")
+    v.js("window.qkvView.select({view: 'matrix', layer: 0, head: 0, query: 2})")
+    v.page.focus("#mx")
+    v.page.keyboard.press("ArrowLeft")
+    assert "weight \u2248" in v.page.inner_text("#tip")
+    v.clean()

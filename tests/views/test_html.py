@@ -270,10 +270,10 @@ def test_failed_write_keeps_the_old_page(tmp_path, monkeypatch):
     out = tmp_path / "a.html"
     out.write_text("old page")
 
-    def broken(result):
+    def broken(doc):
         raise QkvError("boom while rendering")
 
-    monkeypatch.setattr(page, "render", broken)
+    monkeypatch.setattr(page, "render_doc", broken)
     r = invoke("view", "the cat sat", "--d", "16", "--heads", "2", "--out", out)
     assert r.exit_code == 2 and out.read_text() == "old page" and sorted(tmp_path.iterdir()) == [out]
 

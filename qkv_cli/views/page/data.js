@@ -3,12 +3,15 @@
 //   weights: 12-bit fixed point, two per three bytes, alpha = q / 4095
 //   scores:  float16 of S - (the row's max over allowed keys), and that max per row in float32; where a layer
 //            kept its scores, alpha = Softmax(S + Mask) is computed from them, row by row
+//   compact (a large page): weights as 8 bits of the row's largest, alpha = q / 255 * rmax (q < 3 stored as 0),
+//            and every field written "z:" + base64 is zlib-deflated: inflated (DecompressionStream) before drawing
 //   masks:   one bit per cell, least significant bit first, 1 = removed (-inf)
 //   band:    a long document under a window stores tau x m x n_c: slot t of query i is key i - n_c + 1 + t
 //   attribution: its m x n values in float32 and its own mask; the page shows it as one more "head" (index tau)
 //            whose cells are each row's shares of the attribution (the values themselves: attribution(i, j))
 
 function bytesOf(text) {
+  if (typeof text !== "string") return text;  // a deflated field, already inflated by inflateAll
   if (typeof Uint8Array.fromBase64 === "function") return Uint8Array.fromBase64(text);
   const s = atob(text), out = new Uint8Array(s.length);
   for (let k = 0; k < s.length; k++) out[k] = s.charCodeAt(k);
@@ -21,6 +24,29 @@ function unpack12(text, count) {
     out[k] = ((b[p] << 4) | (b[p + 1] >> 4)) / 4095;
     if (k + 1 < count) out[k + 1] = (((b[p + 1] & 15) << 8) | b[p + 2]) / 4095;
   }
+  return out;
+}
+
+async function inflate(text) {
+  const stream = new Blob([bytesOf(text.slice(2))]).stream().pipeThrough(new DecompressionStream("deflate"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+
+async function inflateAll(doc) {  // every "z:" field of every layer entry -> its bytes
+  const jobs = [];
+  for (const s of doc.sentences) {
+    for (const e of s.layers) {
+      for (const [k, v] of Object.entries(e)) {
+        if (typeof v === "string" && v.startsWith("z:")) jobs.push(inflate(v).then((b) => { e[k] = b; }));
+      }
+    }
+  }
+  await Promise.all(jobs);
+}
+
+function unpack8(q8, rmax, tau, m, cols) {  // alpha = q / 255 * (the row's largest)
+  const q = bytesOf(q8), top = floats(rmax), out = new Float32Array(tau * m * cols);
+  for (let r = 0; r < tau * m; r++) for (let t = 0; t < cols; t++) out[r * cols + t] = (q[r * cols + t] / 255) * top[r];
   return out;
 }
 
@@ -108,6 +134,7 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
       if (!e.w) this.W[l] = softmaxRows(rel, this.mask(l), this.tau, m, n);
     }
     if (e.w) this.W[l] = unpack12(e.w, size);
+    if (e.q8) this.W[l] = unpack8(e.q8, e.rmax, this.tau, m, this.cols);
     if (this.attr) this.W[l] = this.withAttribution(this.W[l]);
   }
 
@@ -128,6 +155,7 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
   weights(l) { this.load(l); return this.W[l]; }
   mask(l) { return this.nc ? null : this.grids[this.maskOf[l]]; }
   hasScores(l) { return Boolean(this.raw[l].s); }
+  coarse(l) { return Boolean(this.raw[l].q8) && !this.raw[l].s; }  // 8-bit weights: shown to 2 or 3 digits
 
   rowMax(l) {  // the largest weight of every row: for "weight / row max"
     if (!this.top[l]) {
@@ -154,7 +182,14 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
 
   weight(l, h, i, j) { const t = this.slot(i, j); return t < 0 ? 0 : this.at(l, h, i, t); }
 
-  score(l, h, i, t) { this.load(l); const S = this.S[l]; return S && h < this.tau ? S[(h * this.m + i) * this.cols + t] : null; }
+  scoreDropped(l, i, t) { return this.raw[l].maskedScores === false && this.masked(l, i, t); }  // compact page
+
+  score(l, h, i, t) {
+    this.load(l);
+    if (this.scoreDropped(l, i, t)) return null;
+    const S = this.S[l];
+    return S && h < this.tau ? S[(h * this.m + i) * this.cols + t] : null;
+  }
 
   scoreDecimals(l, h, i, t) {  // float16 keeps ~3 significant digits of the distance to the row's largest score
     const rel = Math.abs(this.score(l, h, i, t) - this.scoreTop[l][h * this.m + i]);

@@ -65,9 +65,11 @@ function cellLines() {  // what the tooltip says about the current cell
   if (j < 0) return lines.concat([`slot ${t}: no key (before the text)`]);
   lines.push(`key ${j}: ${S.keyTokens[j]}`);
   if (h === ATTR) return lines.concat(attributionLines(S, l, i, t));
-  lines.push(`weight ${fmt(S.at(l, h, i, t), 4)}`);
+  if (S.coarse(l)) lines.push(`weight \u2248 ${fmt(S.at(l, h, i, t), 4)} (stored to 1/255 of the row's largest; under 1% of it as 0)`);
+  else lines.push(`weight ${fmt(S.at(l, h, i, t), 4)}`);
   const score = S.score(l, h, i, t);
   if (score !== null) lines.push(`score ${fmt(score, S.scoreDecimals(l, h, i, t))}`);
+  else if (S.scoreDropped(l, i, t)) lines.push("score: not stored (a large page keeps the scores of unmasked cells)");
   else if (S.nc) lines.push("score: not kept (a band run keeps the weights only)");
   else if (DOC.noScores) lines.push(DOC.noScores);
   else lines.push(`score: not kept for this layer (qkv view --layer ${state.layer} keeps it)`);

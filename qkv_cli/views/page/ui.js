@@ -260,4 +260,4 @@ function start() {
   document.documentElement.dataset.ready = "true";
 }
 
-start();
+inflateAll(DOC).then(start);
