@@ -25,6 +25,7 @@ import numpy as np
 LEVELS = 4095  # 12-bit fixed point
 TOLERANCE = 5e-4  # the largest |Softmax(stored S + Mask) - alpha| accepted before the weights are stored too
 F16_MAX = 65504.0
+F32_MAX = float(np.finfo(np.float32).max)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -55,11 +56,16 @@ def bits(masked) -> str:  # [m, n] bool -> base64 of one bit per cell, row-major
 
 
 def relative_scores(scores, masked):  # [tau, m, n], [m, n] -> S - row max (float16), row max [tau, m] (float32)
-    """Each row relative to its largest allowed score (a row with every key masked: to its largest score)."""
+    """Each row relative to its largest allowed score (a row with every key masked: to its largest score).
+    None where a finite score would not survive the storage: a row max beyond float32's range (about 3.4e38, which
+    float32 would store as inf) or an allowed score further than float16's 65504 below its row max."""
     S = np.asarray(scores, dtype=np.float64)
     allowed = np.where(masked[None], -np.inf, S)
     top = allowed.max(axis=-1)
     top = np.where(np.isfinite(top), top, S.max(axis=-1))
+    gap = np.where(masked[None], 0.0, S - top[..., None])
+    if not (np.all(np.abs(top[np.isfinite(top)]) <= F32_MAX) and np.all(np.abs(gap[np.isfinite(gap)]) <= F16_MAX)):
+        return None
     rel = np.clip(S - top[..., None], -F16_MAX, F16_MAX).astype(np.float16)
     return rel, top.astype(np.float32)
 
@@ -72,13 +78,18 @@ def softmax_rows(rel, masked):  # [tau, m, n] float16 S - max, [m, n] -> what th
 
 
 def layer(weights, scores=None, masked=None) -> dict:
-    """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights."""
+    """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights. A layer
+    whose scores the storage cannot hold (relative_scores gives None) keeps its weights only: the page then shows
+    no scores for it rather than wrong ones."""
     entry = {}
-    if scores is not None:
-        rel, top = relative_scores(scores, masked)
+    stored = None if scores is None else relative_scores(scores, masked)
+    if stored is not None:
+        rel, top = stored
         entry = {"s": b64(rel.astype("<f2").tobytes()), "top": b64(top.astype("<f4").tobytes())}
         if np.abs(softmax_rows(rel, masked) - np.asarray(weights, dtype=np.float64)).max(initial=0.0) <= TOLERANCE:
             return entry
+    elif scores is not None:
+        entry["beyond"] = True  # the page says that this layer's scores were too large to store
     entry["w"] = pack12(weights)
     return entry
 
