@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkv_cli.errors import QkvError
+from qkv_cli.text.rust import held_stderr
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer
@@ -95,7 +96,8 @@ def encode(tok: Tokenizer, text: str, add_special_tokens: bool = False) -> Token
     """Encode `text` with an already loaded Tokenizer (model code calls this with add_special_tokens=True)."""
     _check_text(text)
     try:
-        enc = tok.encode(text, add_special_tokens=add_special_tokens)
+        with held_stderr():  # a panic's own lines (and backtrace) stay off the user's stderr
+            enc = tok.encode(text, add_special_tokens=add_special_tokens)
     except BaseException as exc:  # Rust errors, and panics of a hostile regex (PanicException: a BaseException)
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
@@ -177,7 +179,8 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Tokenizer:
     except UnicodeDecodeError as exc:
         raise QkvError(f"tokenizer file '{path}' is not UTF-8 text (bad byte at offset {exc.start})") from None
     try:
-        tok = Tokenizer.from_str(text)
+        with held_stderr():
+            tok = Tokenizer.from_str(text)
     except BaseException as exc:  # Rust errors and panics (PanicException is a BaseException): one line each
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
