@@ -14,6 +14,7 @@ from qkv_cli.core.numerics import softmax
 from qkv_cli.core.result import Kind, Result
 from qkv_cli.core.stats import top_indices
 from qkv_cli.errors import QkvError
+from qkv_cli.text.tokens import decode
 
 TOP = 5
 
@@ -74,7 +75,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
                   ids=np.asarray(tokens.ids), step_ids=np.asarray(ids), step_probs=np.asarray(probs),
                   step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs), step_top_labels=top_labels,
                   step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,
-                  text=model.tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip
+                  text=decode(model.tokenizer, ids, skip_special_tokens=False))  # fmt: skip
 
 
 def _tokens(model, ids):

@@ -92,6 +92,17 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     return _load_cached(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
+def decode(tok: Tokenizer, ids, skip_special_tokens: bool = False) -> str:
+    """The text of `ids` under the tokenizer's decoder (a hostile one, e.g. a Replace regex, fails in one line)."""
+    try:
+        with held_stderr():
+            return tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise QkvError(f"the tokenizer's decoder failed on the written tokens: {_first_line(exc)}") from None
+
+
 def encode(tok: Tokenizer, text: str, add_special_tokens: bool = False) -> Tokens:
     """Encode `text` with an already loaded Tokenizer (model code calls this with add_special_tokens=True)."""
     _check_text(text)

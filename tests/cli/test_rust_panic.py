@@ -51,3 +51,16 @@ def test_held_stderr_replays_what_is_not_a_panic():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "kept\nafter\n", done.stderr
+
+
+def test_a_hostile_decoder_is_one_line():
+    code = (
+        "from tokenizers import Tokenizer, Regex, decoders, models\n"
+        "from qkv_cli.errors import QkvError\nfrom qkv_cli.text.tokens import decode\n"
+        "tok = Tokenizer(models.WordLevel({'a': 0, '!': 1}, unk_token='!'))\n"
+        "tok.decoder = decoders.Sequence([decoders.Fuse(), decoders.Replace(Regex('(a|aa)+$'), '')])\n"
+        "try:\n    decode(tok, [0] * 40 + [1])\nexcept QkvError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "RUST_BACKTRACE": "1"})  # fmt: skip
+    assert done.stderr == "" and "decoder failed" in done.stdout and "retry-limit" in done.stdout, done
