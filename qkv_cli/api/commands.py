@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qkv_cli.errors import QkvError
+from qkv_cli.errors import QkvError, owning_float_errors
 
 DEFAULT_PROMPT = "The cat sat on the mat because"  # qkv generate's prompt when none is given
 
 
+@owning_float_errors
 def load(model: str, dtype: str = "float64", *, max_memory: int | str | None = None, download: bool = False):
     """A checkpoint, ready to run: a folder, a ``.gguf`` file, a Hugging Face cache name or an installed package.
 
@@ -84,6 +85,7 @@ def _sample() -> str:
     return default_text()
 
 
+@owning_float_errors
 def run(text: str | None = None, model=None, *, heads: int | None = None, d: int | None = None,
         causal: bool = False, window: int | None = None, scale: str | None = None, kv_heads: int | None = None,
         positions: str | None = None, projection: str | None = None, tokenizer: str | None = None,
@@ -121,6 +123,7 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     return wrap(result, loaded, request=req)
 
 
+@owning_float_errors
 def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, temperature: float = 0.0,
              top_k: int = 0, seed: int = 0, chat: bool = False, kernel: str = "vectorized",
              dtype: str | None = None, max_memory: int | str | None = None):  # fmt: skip
@@ -144,6 +147,7 @@ def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, t
     return wrap(compute(req, loaded), loaded)
 
 
+@owning_float_errors
 def attribute(text: str | None = None, model=None, *, method: str = "value-norm", layer: int | None = None,
               head_fusion: str | None = None, heads: int | None = None, d: int | None = None,
               causal: bool = False, window: int | None = None, kv_heads: int | None = None, seed: int = 0,

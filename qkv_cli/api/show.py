@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from qkv_cli.errors import QkvError
+from qkv_cli.errors import QkvError, owning_float_errors
 
 
 def _heads(heads, tau: int) -> list[int]:
@@ -36,6 +36,7 @@ def _shown(fig):
     return fig
 
 
+@owning_float_errors
 def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
             heads: int | Sequence[int] | None = None, scale: str = "linear", key_tokens: Sequence[str] | None = None,
             masked=None, title: str | None = None):  # fmt: skip
@@ -162,6 +163,7 @@ class Page:
         return f"<qkv page: {len(self.html.encode('utf-8'))} bytes>"
 
 
+@owning_float_errors
 def page(x, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
@@ -181,6 +183,7 @@ def page(x, *, layer: int | None = None) -> Page:
     return Page(render(x.result, **options))
 
 
+@owning_float_errors
 def heads(x, *, measure: str = "mul", exclude_first: bool = False, exclude_current: bool = False,
           layer: int | Sequence[int] | None = None) -> list[dict]:  # fmt: skip
     """The head roles ``qkv heads`` prints, as rows: one dict per layer and head (``layer``, ``head``, the

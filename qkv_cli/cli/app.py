@@ -14,11 +14,15 @@ except ImportError:  # pragma: no cover - older typer is built on click
 
 from qkv_cli import __version__
 from qkv_cli.cli.usage import extra_arguments_hint, plain_metavars, short_usage
-from qkv_cli.errors import QkvError
+from qkv_cli.errors import QkvError, owned_float_errors
 
 
 class QkvGroup(TyperGroup):
     """Every error reaches the user as one line on stderr with exit code 2; never a traceback."""
+
+    def invoke(self, ctx):  # the command runs with the floating-point error state owned in one place
+        with owned_float_errors():
+            return super().invoke(ctx)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         code = 0

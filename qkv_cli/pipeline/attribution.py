@@ -141,7 +141,7 @@ def of_model(model, text: str, req) -> Result:
     """rollout, value-norm or value-zeroing of layer --layer (default the last) of a checkpoint, on `text`."""
     from qkv_cli.models import estimate_bytes
     from qkv_cli.pipeline.chat import prompt
-    from qkv_cli.pipeline.checkpoint import chosen_layers
+    from qkv_cli.pipeline.checkpoint import check_memory, chosen_layers
 
     c, kernel = model.config, req.settings.kernel
     L = chosen_layers(model, req.layers, False)[0]
@@ -152,7 +152,7 @@ def of_model(model, text: str, req) -> Result:
              "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.method]  # fmt: skip
     needed = estimate_bytes(c, m, model.dtype, 1) + extra
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
-    budget.check_budget(needed, limit, HINTS, what=f"--method {req.method}")
+    check_memory(model, needed, limit, HINTS, what=f"--method {req.method}")  # the weights counted too, as run's
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
     out = replace(
         run.layers[L],

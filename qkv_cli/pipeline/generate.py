@@ -14,6 +14,7 @@ from qkv_cli.core.numerics import softmax
 from qkv_cli.core.result import Kind, Result
 from qkv_cli.core.stats import top_indices
 from qkv_cli.errors import QkvError
+from qkv_cli.text.tokens import decode
 
 TOP = 5
 
@@ -88,7 +89,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
                   step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,
                   timing={"prefill_seconds": prefill, "seconds": seconds,
                           "seconds_per_token": (seconds - prefill) / max(1, steps - 1) if steps > 1 else prefill},
-                  text=model.tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip
+                  text=decode(model.tokenizer, ids, skip_special_tokens=False))  # fmt: skip
 
 
 def _tokens(model, ids):

@@ -74,7 +74,7 @@ def probe_ids(model, n: int, seed: int = 0) -> np.ndarray:  # -> [prefix + 2 n +
 def run(model, n: int, seed: int = 0, kernel: str = "vectorized", max_memory: int | None = None) -> Result:
     """The forward pass on the probe (a MODEL Result, every layer's attention, no layer detail)."""
     from qkv_cli.models import estimate_bytes
-    from qkv_cli.pipeline.checkpoint import HINTS
+    from qkv_cli.pipeline.checkpoint import HINTS, check_memory
     from qkv_cli.pipeline.generate import _tokens
 
     if n < 1:
@@ -83,6 +83,6 @@ def run(model, n: int, seed: int = 0, kernel: str = "vectorized", max_memory: in
         raise QkvError(f"--induction-probe {n} makes at least {2 * n} tokens, more than {model.name} accepts "
                        f"({model.config.max_positions}): use a smaller N")  # fmt: skip
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    budget.check_budget(estimate_bytes(model.config, 2 * n + 2, model.dtype), limit, HINTS)
+    check_memory(model, estimate_bytes(model.config, 2 * n + 2, model.dtype), limit, HINTS)
     ids = probe_ids(model, n, seed)
     return model.forward(ids, layers=[], kernel=kernel, tokens=_tokens(model, [int(i) for i in ids]))

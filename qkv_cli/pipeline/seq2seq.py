@@ -17,6 +17,7 @@ from qkv_cli.core import budget
 from qkv_cli.core.masks import MaskSpec, additive
 from qkv_cli.core.result import Kind, Result
 from qkv_cli.errors import QkvError
+from qkv_cli.text.tokens import decode
 
 HINTS = "fewer --layer, --dtype float32, or a shorter source or target"
 
@@ -159,5 +160,5 @@ def generate(model, source: str, max_new: int, max_memory=None) -> Result:
     return Result(
         kind=Kind.GENERATION, tokens=written, context=src, model=model.info(None, "cross"), step_ids=ids,
         step_probs=probs, step_attentions=rows, ids=np.asarray(src.ids, dtype=np.int64),
-        text=tok.decode([int(i) for i in ids], skip_special_tokens=True),
+        text=decode(tok, ids, skip_special_tokens=True),
     )  # fmt: skip

@@ -33,6 +33,7 @@ from qkv_cli.text.gguf_builders import (
     implied_merges,
     model_vocab,
 )
+from qkv_cli.text.rust import held_stderr
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer
@@ -261,7 +262,8 @@ def _add_post_processor(tok: Any, ids: dict[str, int | None], v: GgufVocab) -> N
 def _rust(what: str):
     """Turn any failure inside `tokenizers` into a QkvError, a Rust panic (a BaseException) included."""
     try:
-        yield
+        with held_stderr():  # a panic's own lines (and backtrace) stay off the user's stderr
+            yield
     except QkvError:
         raise
     except Exception as exc:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qkv_cli.errors import QkvError
+from qkv_cli.text.rust import held_stderr
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from tokenizers import Tokenizer
@@ -91,11 +92,23 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     return _load_cached(str(p.resolve()), stat.st_mtime_ns, stat.st_size)
 
 
+def decode(tok: Tokenizer, ids, skip_special_tokens: bool = False) -> str:
+    """The text of `ids` under the tokenizer's decoder (a hostile one, e.g. a Replace regex, fails in one line)."""
+    try:
+        with held_stderr():
+            return tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        raise QkvError(f"the tokenizer's decoder failed on the written tokens: {_first_line(exc)}") from None
+
+
 def encode(tok: Tokenizer, text: str, add_special_tokens: bool = False) -> Tokens:
     """Encode `text` with an already loaded Tokenizer (model code calls this with add_special_tokens=True)."""
     _check_text(text)
     try:
-        enc = tok.encode(text, add_special_tokens=add_special_tokens)
+        with held_stderr():  # a panic's own lines (and backtrace) stay off the user's stderr
+            enc = tok.encode(text, add_special_tokens=add_special_tokens)
     except BaseException as exc:  # Rust errors, and panics of a hostile regex (PanicException: a BaseException)
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
@@ -177,7 +190,8 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Tokenizer:
     except UnicodeDecodeError as exc:
         raise QkvError(f"tokenizer file '{path}' is not UTF-8 text (bad byte at offset {exc.start})") from None
     try:
-        tok = Tokenizer.from_str(text)
+        with held_stderr():
+            tok = Tokenizer.from_str(text)
     except BaseException as exc:  # Rust errors and panics (PanicException is a BaseException): one line each
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise

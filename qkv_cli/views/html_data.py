@@ -35,6 +35,7 @@ F16_MAX = 65504.0
 COMPACT_CELLS = 4_194_304  # above this many stored weights a page is compact: 8-bit row shares, deflated
 Q8 = 255  # compact weights: q = round(255 alpha / max_row)
 CUT = 3  # compact weights with q < CUT (alpha under 1% of its row's largest) are stored as 0
+F32_MAX = float(np.finfo(np.float32).max)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -80,11 +81,16 @@ def bits(masked) -> str:  # [m, n] bool -> base64 of one bit per cell, row-major
 
 
 def relative_scores(scores, masked):  # [tau, m, n], [m, n] -> S - row max (float16), row max [tau, m] (float32)
-    """Each row relative to its largest allowed score (a row with every key masked: to its largest score)."""
+    """Each row relative to its largest allowed score (a row with every key masked: to its largest score).
+    None where a finite score would not survive the storage: a row max beyond float32's range (about 3.4e38, which
+    float32 would store as inf) or an allowed score further than float16's 65504 below its row max."""
     S = np.asarray(scores, dtype=np.float64)
     allowed = np.where(masked[None], -np.inf, S)
     top = allowed.max(axis=-1)
     top = np.where(np.isfinite(top), top, S.max(axis=-1))
+    gap = np.where(masked[None], 0.0, S - top[..., None])
+    if not (np.all(np.abs(top[np.isfinite(top)]) <= F32_MAX) and np.all(np.abs(gap[np.isfinite(gap)]) <= F16_MAX)):
+        return None
     rel = np.clip(S - top[..., None], -F16_MAX, F16_MAX).astype(np.float16)
     return rel, top.astype(np.float32)
 
@@ -98,10 +104,13 @@ def softmax_rows(rel, masked):  # [tau, m, n] float16 S - max, [m, n] -> what th
 
 def layer(weights, scores=None, masked=None, compact: bool = False) -> dict:
     """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights.
-    compact: {"q8", "rmax"} instead of {"w"}, and the scores deflated."""
+    compact: {"q8", "rmax"} instead of {"w"}, and the scores deflated. A layer whose scores the storage cannot
+    hold (relative_scores gives None) keeps its weights only: the page then shows no scores for it rather than
+    wrong ones."""
     entry = {}
-    if scores is not None:
-        rel, top = relative_scores(scores, masked)
+    stored = None if scores is None else relative_scores(scores, masked)
+    if stored is not None:
+        rel, top = stored
         if compact:  # the scores of removed cells are not shown on a compact page: 0, so they cost nothing
             rel = np.where(masked[None], np.float16(0), rel)
         raw = rel.astype("<f2").tobytes()
@@ -110,6 +119,8 @@ def layer(weights, scores=None, masked=None, compact: bool = False) -> dict:
             entry["maskedScores"] = False
         if np.abs(softmax_rows(rel, masked) - np.asarray(weights, dtype=np.float64)).max(initial=0.0) <= TOLERANCE:
             return entry
+    elif scores is not None:
+        entry["beyond"] = True  # the page says that this layer's scores were too large to store
     if compact:
         return {**entry, **pack8(weights)}
     entry["w"] = pack12(weights)

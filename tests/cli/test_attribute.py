@@ -196,3 +196,56 @@ def test_option_choices_are_the_registries():
 
     assert [m.value for m in Measure] == list(MEASURES)
     assert [m.value for m in Method] == list(METHODS) and [f.value for f in HeadFusion] == list(FUSIONS)
+
+
+LONG = " ".join([TEXT] * 50)  # 300 words: activations of some 18 MB beside the weights
+
+
+def heavy_checkpoint(folder, family):
+    """Weights of about 51 MB in float64 (400,000 embedding rows: more than the tokenizer uses, as padded
+    vocabularies are), more than any attribution's own activations on LONG."""
+    from tiny import tiny_tensors
+
+    def widen(tensors):
+        tensors.update(tiny_tensors(family, json.loads((folder / "config.json").read_text())))
+        tensors.pop("h.0.attn.bias", None)
+
+    positions = "n_positions" if family == "gpt2" else "max_position_embeddings"
+    return make_checkpoint(folder, family, config_overrides={"vocab_size": 400_000, positions: 512}, tensor_edit=widen)
+
+
+@pytest.fixture(scope="module")
+def heavy(tmp_path_factory):
+    return heavy_checkpoint(tmp_path_factory.mktemp("heavy") / "bert", "bert")
+
+
+def needs(result) -> float:  # "... needs about 41.3 MB, more than ..." -> bytes
+    import re
+
+    line = assert_one_line_error(result, "needs", "--max-memory")
+    value, unit = re.search(r"needs (?:about|at least) ([0-9.]+) (B|KB|MB|GB)", line).groups()
+    return float(value) * {"B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
+
+
+@pytest.mark.parametrize("method", ["value-norm", "rollout", "value-zeroing"])
+def test_max_memory_counts_the_weights(heavy, method):
+    """attribute refuses where a one-layer run of the same text refuses: the weights are in its estimate too."""
+    weights = 8 * 400_000 * 16  # the word embeddings alone, in float64
+    run = ["run", LONG, "--model", heavy, "--layer", "1", "--max-memory"]
+    tight = int(needs(invoke([*run, f"{int(1.1 * weights)}B"])) * 0.97)  # a little below what the run needs
+    assert tight > weights  # the weights fit: it is the weights and the activations together that do not
+    needs(invoke(["run", LONG, "--model", heavy, "--layer", "1", "--max-memory", f"{tight}B"]))
+    needs(invoke(["attribute", LONG, "--model", heavy, "--method", method, "--max-memory", f"{tight}B"]))
+    ok = invoke(["attribute", LONG, "--model", heavy, "--method", method, "--max-memory", "1GB"])
+    assert ok.exit_code == 0, ok.output
+
+
+OTHERS = {"generate": ["generate", LONG, "--max-new-tokens", "2", "--dtype", "float64"],
+          "induction-probe": ["heads", "--induction-probe", "100"]}  # fmt: skip
+
+
+@pytest.mark.parametrize("args", OTHERS.values(), ids=list(OTHERS))
+def test_other_model_commands_count_the_weights(args, tmp_path):
+    folder = heavy_checkpoint(tmp_path / "gpt2", "gpt2")
+    weights = 8 * 400_000 * 16  # the token embeddings alone, in float64
+    assert needs(invoke([*args, "--model", folder, "--max-memory", "52MB"])) > weights

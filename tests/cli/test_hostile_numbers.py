@@ -71,3 +71,20 @@ def test_config_numbers(key, value, tmp_path):
     r = invoke(["run", "the cat", "--model", folder])
     assert r.exit_code == 2, (key, value, r.output)
     assert len(r.stderr.splitlines()) == 1 and "internal error" not in r.stderr
+
+
+SCALING = {"factor": 2.0, "original_max_position_embeddings": 8, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "0", "-4"])
+@pytest.mark.parametrize("key", [*SCALING, "beta_fast", "attention_factor"])
+@pytest.mark.parametrize("kind", ["dynamic", "yarn", "llama3", "linear"])
+def test_rope_scaling_numbers(kind, key, value, tmp_path):
+    """Every number of rope_scaling, hostile, under every kind: a run or one line, exit 2; never exit 1."""
+    folder = make_checkpoint(tmp_path / "m", "llama")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["rope_scaling"] = {"rope_type": kind, **SCALING, key: VALUES[value]}
+    (folder / "config.json").write_text(json.dumps(cfg, allow_nan=True))
+    r = invoke(["run", "the cat sat on the mat", "--model", folder])
+    assert r.exit_code in (0, 2) and "internal error" not in r.stderr, (kind, key, value, r.output)
+    assert r.exit_code == 0 or len(r.stderr.splitlines()) == 1

@@ -157,6 +157,7 @@ function legend() {
   ];
   if (DOC.G !== DOC.tau) items.push(`Grouped-query attention: ${DOC.tau} query heads share ${DOC.G} key/value heads; head j reads key/value head j \u00f7 ${DOC.tau / DOC.G} (the buttons show j\u2192kv).`);
   items.push(...DOC.notes);
+  if (S.raw.some((e) => e.beyond)) items.push("Scores too large for the page (a row max beyond float32's 3.4e38, or a score more than 65504 below it) are not stored: those layers show weights only.");
   if (state.threshold > 0) items.push(`Lines for weights below ${state.threshold} are hidden (Settings).`);
   $("legend").replaceChildren(...items.map((text) => el("li", null, text)));
 }
