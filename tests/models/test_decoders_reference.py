@@ -125,6 +125,10 @@ def test_phi3_fused_projections_partial_rotary_and_longrope(built):
     det = ours.forward(ids_for(11, 4), layers="all").layers[1]
     np.testing.assert_array_equal(det.Q[..., 6:], det.Q_pre_rope[..., 6:])
     assert not np.allclose(det.Q[:, 5, :6], det.Q_pre_rope[:, 5, :6])
+    r = CliRunner().invoke(app, ["shapes", "--model", str(folder), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["rotary_dims"], doc["longrope_switch"], doc["total_parameters"]) == (6, 8, doc["file_parameters"])
 
 
 @pytest.mark.parametrize(
