@@ -31,7 +31,7 @@ def choose(z, temperature: float, top_k: int, rng) -> int:  # [V] scores -> the 
 def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
              kernel: str = "vectorized", max_memory: int | None = None, eos=None) -> Result:  # fmt: skip
     """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer)."""
-    from qkv_cli.models.cache import KVCache, bytes_needed, step
+    from qkv_cli.models.cache import KVCache, bytes_needed, stale_at, step
 
     c = model.config
     P = len(prompt)
@@ -66,7 +66,11 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
             rows[t, layer, :, : w.shape[-1]] = w[:, -1]
         if token in eos or t == max_new - 1:
             break
-        out = step(model, [token], cache, kernel)
+        if cache.length == stale_at(c):  # LongRoPE's switch: every key again with the long factors
+            cache = KVCache(model, P + max_new)
+            out = step(model, np.asarray(list(prompt.ids) + ids), cache, kernel)
+        else:
+            out = step(model, [token], cache, kernel)
     steps = len(ids)
     tokens = _tokens(model, list(prompt.ids) + ids)
     top_labels = [list(_tokens(model, [int(i) for i in best]).labels) for best in top_ids]
