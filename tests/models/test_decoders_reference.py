@@ -313,3 +313,16 @@ def test_bad_nope_keys_are_one_line_exit_2_before_weights(changes, fragment, bui
     (bad / "tokenizer.json").write_text((folder / "tokenizer.json").read_text())
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
     assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_smollm3_default_rope_base_is_transformers(built, tmp_path, transformers):
+    """A SmolLM3 config.json without a RoPE base: SmolLM3Config's default_theta (2e6), not Llama's 10000."""
+    from qkv_cli.models.config import read_config
+
+    folder, _ = built("smollm3-list")
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("rope_parameters", None)
+    raw.pop("rope_theta", None)
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    want = transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_theta"]
+    assert read_config(tmp_path).rope.ropes[""].theta == want == 2_000_000.0
