@@ -41,6 +41,11 @@ CASES = {
     "smollm3": ("smollm3", {"num_hidden_layers": 4, "no_rope_layer_interval": 2, "use_sliding_window": True,
                             "sliding_window": 5, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
     "smollm3-list": ("smollm3", {"no_rope_layers": [1, 0, 0], "tie_word_embeddings": True}),
+    "phi3": ("phi3", {"sliding_window": 5, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "phi3-longrope": ("phi3", {"max_position_embeddings": 32, "original_max_position_embeddings": 8,
+                               "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
+                                                   "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
+                                                   "long_factor": [1.5, 4.0, 9.0]}}),
 }  # fmt: skip
 
 
@@ -49,7 +54,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type == "smollm3":  # its defaults are Llama 3's token ids, outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3"):  # their default token ids are outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
@@ -86,8 +91,9 @@ def attentions(torch, model, ids) -> list:
 
 
 class float64_everywhere:  # noqa: N801  (a context manager, used like a function)
-    """transformers computes RoPE frequencies, RMSNorm and the eager softmax in float32 even in a float64 model;
-    inside this context every float32 request becomes float64, so a model built here is float64 throughout."""
+    """transformers computes RoPE frequencies (and LongRoPE's factors), RMSNorm and the eager softmax in float32 even
+    in a float64 model; inside this context every float32 request becomes float64, so a model built here is float64
+    throughout."""
 
     def __init__(self, torch):
         self.torch = torch
@@ -95,8 +101,9 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
     def __enter__(self):
         torch = self.torch
         self.saved = (torch.get_default_dtype(), torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax,
-                      torch.arange)  # fmt: skip
+                      torch.arange, torch.tensor)  # fmt: skip
         plain_to, plain_softmax, plain_arange = torch.Tensor.to, torch.nn.functional.softmax, torch.arange
+        plain_tensor = torch.tensor  # LongRoPE's factors: torch.tensor(short_factor, dtype=torch.float32)
 
         def to(tensor, *args, **kwargs):
             args = tuple(torch.float64 if a is torch.float32 else a for a in args)
@@ -110,8 +117,12 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
         def arange(*args, dtype=None, **kwargs):
             return plain_arange(*args, dtype=torch.float64 if dtype is torch.float32 else dtype, **kwargs)
 
+        def tensor(*args, dtype=None, **kwargs):
+            return plain_tensor(*args, dtype=torch.float64 if dtype is torch.float32 else dtype, **kwargs)
+
         torch.set_default_dtype(torch.float64)
         torch.arange = arange
+        torch.tensor = tensor
         torch.Tensor.float = lambda tensor, *a, **k: plain_to(tensor, torch.float64)
         torch.Tensor.to = to
         torch.nn.functional.softmax = softmax
@@ -119,7 +130,9 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
 
     def __exit__(self, *exc):
         torch = self.torch
-        default, torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax, torch.arange = self.saved
+        default, torch.Tensor.float, torch.Tensor.to, torch.nn.functional.softmax, torch.arange, torch.tensor = (
+            self.saved
+        )
         torch.set_default_dtype(default)
 
 

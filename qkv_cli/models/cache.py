@@ -58,6 +58,16 @@ class KVCache:
         return sum(2 * lc.K[:, : lc.length].nbytes for lc in self.layers)
 
 
+def stale_at(config) -> int | None:
+    """The cache length at which its keys no longer fit the next token: LongRoPE (Phi-3) turns by its short factors
+    up to original_max_position_embeddings tokens and by its long ones beyond, so the keys cached before the switch
+    are recomputed once there, as transformers' Phi-3 generation drops its cache at that length."""
+    positions = getattr(config, "rope", None)
+    ropes = getattr(positions, "ropes", {}) or {}
+    switch = {r.original_max_positions for r in ropes.values() if r.kind == "longrope"}
+    return min(switch) if switch else None
+
+
 def bytes_needed(config, capacity: int, itemsize: int) -> int:
     return 2 * config.n_layers * config.n_kv_heads * capacity * config.d_k * itemsize
 

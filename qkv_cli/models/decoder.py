@@ -1,4 +1,5 @@
-"""The RoPE decoder every modern family is an arrangement of: Llama, Mistral, Qwen 2/3, Gemma 2/3, GPT-NeoX, OLMo 2.
+"""The RoPE decoder every modern family is an arrangement of: Llama, Mistral, Qwen 2/3, Gemma 2/3, GPT-NeoX, OLMo 2,
+SmolLM3, Phi-3.
 
     x_0 = E[ids] (* sqrt(d) for Gemma)
     block l (pre-norm, Llama):  h = x + Att(N_1(x));  x' = h + MLP(N_2(h))
@@ -162,7 +163,9 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
     def linear(role):
         return Linear(get(role + ".w"), get(role + ".b"), out_in=True)
 
-    if p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
+    if p + "qkv.w" in names and c.embeddings.names == "phi3":  # Phi-3: one matrix, already [Q | K | V]
+        qkv = linear(p + "qkv")
+    elif p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
         W = get(p + "qkv.w").reshape(tau, 3, dk, -1).transpose(1, 0, 2, 3).reshape(3 * tau * dk, -1)
         b = get(p + "qkv.b")
         qkv = Linear(
@@ -177,13 +180,18 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
             None if bias[0] is None else np.concatenate(bias),
             out_in=True,
         )
+    if p + "gate_up.w" in names:  # Phi-3: [W_gate | W_up] stacked by rows (d_ff each): views, no copy
+        W, dff = get(p + "gate_up.w"), c.d_ff
+        gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)
+    else:
+        up, gate = linear(p + "up"), linear(p + "gate") if p + "gate.w" in names else None
     roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
     norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
     return Block(
         AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
         norms,
-        linear(p + "up"),
-        linear(p + "gate") if p + "gate.w" in names else None,
+        up,
+        gate,
         linear(p + "down"),
     )
 

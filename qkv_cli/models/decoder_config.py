@@ -48,6 +48,8 @@ class Spec:
     local_theta: tuple | None = None
     grouped: bool = True
     nope: bool = False  # SmolLM3: `no_rope_layers` / `no_rope_layer_interval` name layers without RoPE
+    rope_kinds: tuple | None = None  # the RoPE types the family accepts (None: every kind of rope.KINDS)
+    rope_aliases: tuple = ()  # (old name, kind) pairs: Phi-3's "su" and "yarn" are LongRoPE
 
     def __post_init__(self):
         if self.sliding not in SLIDING_RULES:
@@ -93,7 +95,11 @@ def _read(keys, spec: Spec) -> dict:
         if value is not None and value <= 0:
             raise QkvError(f"{keys.where}: '{key}' must be positive, got {value}")
     context = keys.int("max_position_embeddings")
-    found = ropes(keys, head_dim, spec.partial, spec.theta, spec.local_theta, context, gguf.get("freq_factors"))
+    found = ropes(keys, head_dim, spec.partial, spec.theta, spec.local_theta, context, gguf.get("freq_factors"),
+                  dict(spec.rope_aliases))  # fmt: skip
+    if spec.rope_kinds and any(r.kind not in spec.rope_kinds for r in found.values()):
+        bad = next(r.kind for r in found.values() if r.kind not in spec.rope_kinds)
+        raise QkvError(f"{keys.where}: RoPE type {bad!r} is not one this family uses: {', '.join(spec.rope_kinds)}")
     if found[""].kind == "dynamic":  # dynamic RoPE stretches its base beyond the trained context
         context = int(context * found[""].factor)
     mlp_bias = keys.bool(*spec.mlp_bias) if isinstance(spec.mlp_bias, tuple) else spec.mlp_bias
@@ -177,15 +183,18 @@ def layer_types(keys, n_layers: int, sliding, nope=()) -> tuple[str, ...]:
     return tuple(FULL for _ in range(n_layers))
 
 
-def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int, factors=None) -> dict[str, Rope]:
+def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int, factors=None,
+          aliases=None) -> dict[str, Rope]:  # fmt: skip
     """{layer type or "": Rope}. v5 files: `rope_parameters` (flat, or one dict per layer type); older: `rope_theta`
     and `rope_scaling` (a Gemma 3 file's scaling applies to its full-attention layers). factors: a GGUF file's
-    rope_freqs (Llama 3.1's scaling as llama.cpp stores it), for the one RoPE of a llama file."""
+    rope_freqs (Llama 3.1's scaling as llama.cpp stores it), for the one RoPE of a llama file. aliases: a family's
+    old names of RoPE types (Phi-3's "su")."""
     params = keys.get("rope_parameters", None)
     if isinstance(params, dict) and params and all(k in (SLIDING, FULL) for k in params):
         if not all(isinstance(p, dict) for p in params.values()):
             raise QkvError(f"{keys.where}: 'rope_parameters' must map each layer type to an object, got {params!r}")
-        out = {kind: one(keys, p, head_dim, partial, theta[1], max_positions) for kind, p in params.items()}
+        out = {kind: one(keys, p, head_dim, partial, theta[1], max_positions, None, aliases)
+               for kind, p in params.items()}  # fmt: skip
         out[""] = out.get(FULL) or next(iter(out.values()))
         return out
     if params is not None and not isinstance(params, dict):
@@ -198,7 +207,7 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int, 
         merged["rope_theta"] = keys.number(theta[0], theta[1])
     if partial[0] and "partial_rotary_factor" not in merged:
         merged["partial_rotary_factor"] = keys.number(partial[0], partial[1])
-    full = one(keys, merged | (scaling or {}), head_dim, partial, theta[1], max_positions, factors)
+    full = one(keys, merged | (scaling or {}), head_dim, partial, theta[1], max_positions, factors, aliases)
     if local_theta is None:
         return {"": full}
     local = one(
@@ -207,9 +216,11 @@ def ropes(keys, head_dim: int, partial, theta, local_theta, max_positions: int, 
     return {"": full, FULL: full, SLIDING: local}
 
 
-def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int, factors=None) -> Rope:
+def one(keys, p: dict, head_dim: int, partial, default_theta: float, max_positions: int, factors=None,
+        aliases=None) -> Rope:  # fmt: skip
     """One Rope from config.json's RoPE parameters, and a GGUF file's rope_freqs (`factors`, from gguf_map)."""
     kind = p.get("rope_type", p.get("type", "default"))
+    kind = (aliases or {}).get(kind, kind) if isinstance(kind, str) else kind
     fraction = p.get("partial_rotary_factor", partial[1])
     try:
         fraction = float(fraction)

@@ -2,7 +2,8 @@
 
 Roles: "embed", "final.w"/"final.b", and per layer l: "l.attn_in" (the norm before attention), "l.attn_out" (after
 it, Gemma and OLMo 2), "l.mlp_in", "l.mlp_out", "l.qnorm"/"l.knorm" (QK-norm), "l.q", "l.k", "l.v", "l.o",
-"l.qkv" (GPT-NeoX's fused projection), "l.gate", "l.up", "l.down" -- each with ".w" (weight) or ".b" (bias).
+"l.qkv" (a fused projection: GPT-NeoX's rows per head [q_h | k_h | v_h], Phi-3's [Q | K | V]), "l.gate", "l.up",
+"l.down", "l.gate_up" (Phi-3's fused [W_gate | W_up]) -- each with ".w" (weight) or ".b" (bias).
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ NORMS = {
     "olmo2": {"attn_out": "post_attention_layernorm", "mlp_out": "post_feedforward_layernorm"},
     "neox": {"attn_in": "input_layernorm", "mlp_in": "post_attention_layernorm"},
 }  # fmt: skip
-HEAD = {"llama": "lm_head.weight", "neox": "embed_out.weight"}  # outside the model's prefix
+HEAD = {"llama": "lm_head.weight", "neox": "embed_out.weight", "phi3": "lm_head.weight"}  # outside the model's prefix
 
 
 def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     """name (without the 'model.' or 'gpt_neox.' prefix) -> (shape, role)."""
     d, dff, V, tau, G, dk = c.d, c.d_ff, c.vocab_size, c.n_heads, c.n_kv_heads, c.d_k
-    neox = c.embeddings.names == "neox"
+    neox, phi3 = c.embeddings.names == "neox", c.embeddings.names == "phi3"
     layer_norm_bias = c.norms.biased
     out = {("embed_in.weight" if neox else "embed_tokens.weight"): ((V, d), "embed")}
     for l in range(c.n_layers):
@@ -38,6 +39,9 @@ def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
             if c.attention.qkv_bias:
                 out[p + "attention.query_key_value.bias"] = ((3 * d,), r + "qkv.b")
                 out[p + "attention.dense.bias"] = ((d,), r + "o.b")
+        elif phi3:  # one matrix, rows [Q | K | V]: tau d_k + 2 G d_k
+            out[p + "self_attn.qkv_proj.weight"] = (((tau + 2 * G) * dk, d), r + "qkv.w")
+            out[p + "self_attn.o_proj.weight"] = ((d, tau * dk), r + "o.w")
         else:
             for x, rows in (("q", tau * dk), ("k", G * dk), ("v", G * dk)):
                 out[f"{p}self_attn.{x}_proj.weight"] = ((rows, d), f"{r}{x}.w")
@@ -53,6 +57,7 @@ def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
             out[p + "self_attn.q_norm.weight"] = ((dk if head else tau * dk,), r + "qnorm.w")
             out[p + "self_attn.k_norm.weight"] = ((dk if head else G * dk,), r + "knorm.w")
         mlp = (("dense_h_to_4h", "up", (dff, d)), ("dense_4h_to_h", "down", (d, dff))) if neox else (
+            ("gate_up_proj", "gate_up", (2 * dff, d)), ("down_proj", "down", (d, dff))) if phi3 else (
             ("gate_proj", "gate", (dff, d)), ("up_proj", "up", (dff, d)), ("down_proj", "down", (d, dff)))  # fmt: skip
         for module, role, shape in mlp:
             out[f"{p}mlp.{module}.weight"] = (shape, f"{r}{role}.w")

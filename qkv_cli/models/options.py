@@ -22,7 +22,7 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 QK_NORMS = (None, "head", "flat")  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
 NORM_KINDS = ("rms", "rms1p", "layer")
 LAYOUTS = ("llama", "gemma", "olmo2", "neox")  # decoder_names.NORMS has each
-NAMINGS = ("llama", "neox")
+NAMINGS = ("llama", "neox", "phi3")  # phi3: fused qkv_proj and gate_up_proj
 
 
 def _positive(name: str, value, none_ok: bool = True) -> None:
@@ -111,7 +111,7 @@ class Norms:
 
 @dataclass(frozen=True)
 class Embeddings:
-    names: str = "llama"  # NAMINGS: Hugging Face's tensor names (GPT-NeoX has its own)
+    names: str = "llama"  # NAMINGS: Hugging Face's tensor names (GPT-NeoX and Phi-3 have their own)
     scale: float | None = None  # E[ids] * scale (Gemma: sqrt(d))
     tied: bool = False  # the output head is E
     final_softcap: float | None = None  # tanh(z / c) c on the logits (Gemma 2)

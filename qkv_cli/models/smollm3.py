@@ -10,7 +10,7 @@ from qkv_cli.models import decoder, decoder_config
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "smollm3"
 PREFIXES = ("model.", "")
-SPEC = decoder_config.Spec(nope=True, sliding="nope", tie=True)
+SPEC = decoder_config.Spec(nope=True, sliding="nope", tie=True, theta=("rope_theta", 2_000_000.0))  # its default base
 
 
 def read_config(keys) -> dict:

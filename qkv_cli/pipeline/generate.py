@@ -37,7 +37,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
     was read. A streamed model (models.stream) whose layers do not all fit reads the others again every step."""
     from time import perf_counter
 
-    from qkv_cli.models.cache import KVCache, bytes_needed, step
+    from qkv_cli.models.cache import KVCache, bytes_needed, stale_at, step
     from qkv_cli.pipeline.checkpoint import check_memory
 
     c = model.config
@@ -78,7 +78,11 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
             progress(t, max_new, perf_counter() - start)
         if token in eos or t == max_new - 1:
             break
-        out = step(model, [token], cache, kernel)
+        if cache.length == stale_at(c):  # LongRoPE's switch: every key again with the long factors
+            cache = KVCache(model, P + max_new)
+            out = step(model, np.asarray(list(prompt.ids) + ids), cache, kernel)
+        else:
+            out = step(model, [token], cache, kernel)
     steps = len(ids)
     seconds = perf_counter() - start
     tokens = _tokens(model, list(prompt.ids) + ids)

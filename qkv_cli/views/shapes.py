@@ -98,6 +98,11 @@ def emit_model(sh, fmt: str) -> None:
         dims["kv_heads"] = c.n_kv_heads
     if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
         dims["nope_layers"] = list(c.rope.no_rope)
+    r = c.rope.ropes[""] if c.rope is not None else None
+    if r is not None and r.rot < c.d_k:  # partial rotary (GPT-NeoX, Phi-4-mini): the first rot dimensions turn
+        dims["rotary_dims"] = r.rot
+    if r is not None and r.kind == "longrope":  # Phi-3: short factors up to this length, long ones beyond
+        dims["longrope_switch"] = r.original_max_positions
     # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
     scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)
     if fmt == "json":

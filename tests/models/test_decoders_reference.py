@@ -76,7 +76,102 @@ def test_float64_attention_matches_a_float64_transformers(name, built, torch, tr
     np.testing.assert_allclose(run.last_hidden_state, hidden, atol=1e-9, rtol=1e-9)
 
 
-@pytest.mark.parametrize("name", ["mistral", "qwen2", "gemma2", "gemma3_text", "smollm3"])
+@pytest.mark.parametrize("name", ["smollm3", "smollm3-list", "phi3", "phi3-longrope"])
+def test_float64_logits_match_a_float64_transformers(name, built, torch, transformers):
+    """Logits and every layer's attention to 1e-10 in float64, at a length within Phi-3's original context (LongRoPE's
+    short factors) and one beyond it (its long factors)."""
+    folder, model = built(name)
+    ours = load_model(folder, dtype="float64")
+    for m in (7, 19):
+        ids = ids_for(m, m + 2)
+        with float64_everywhere(torch):
+            twin = float64_twin(transformers, torch, model)
+            with torch.no_grad():
+                ref = twin(torch.tensor([ids]), output_attentions=True)
+        run = ours.forward(ids)
+        for layer, want in enumerate(ref.attentions):
+            np.testing.assert_allclose(run.attentions[layer], want[0].numpy(), atol=1e-10, rtol=0, err_msg=f"{layer}")
+        z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
+        np.testing.assert_allclose(z, ref.logits[0].numpy(), atol=1e-10, rtol=0)
+
+
+def test_phi3_fused_projections_partial_rotary_and_longrope(built):
+    """qkv_proj and gate_up_proj read as [Q | K | V] and [W_gate | W_up]; only the first 3/4 of a head turns; the
+    text beyond original_max_position_embeddings (8) turns by the long factors, and both scale cos and sin."""
+    import math
+
+    from safetensors.numpy import load_file
+
+    from qkv_cli.models.rope import inv_freq
+
+    folder, model = built("phi3-longrope")
+    ours = load_model(folder, dtype="float64")
+    c = ours.config
+    r = c.rope.of("", 0)
+    assert (r.kind, r.rot, c.d_k) == ("longrope", 6, 8)
+    stored = load_file(folder / "model.safetensors")
+    W = stored["model.layers.0.self_attn.qkv_proj.weight"]
+    blk = ours.params.blocks[0]
+    np.testing.assert_array_equal(blk.attn.qkv.W, W)
+    gate_up = stored["model.layers.0.mlp.gate_up_proj.weight"]
+    np.testing.assert_array_equal(blk.gate.W, gate_up[: c.d_ff])
+    np.testing.assert_array_equal(blk.up.W, gate_up[c.d_ff :])
+    base = 1 / (200.0 ** (np.arange(0, 6, 2) / 6))
+    scaling = math.sqrt(1 + math.log(32 / 8) / math.log(8))  # factor = max / original positions
+    for m, factors in ((8, (1.0, 1.3, 2.0)), (9, (1.5, 4.0, 9.0))):
+        freq, s = inv_freq(r, m)
+        np.testing.assert_allclose(freq, base / np.array(factors), rtol=1e-14)
+        assert s == pytest.approx(scaling, rel=1e-14)
+    det = ours.forward(ids_for(11, 4), layers="all").layers[1]
+    np.testing.assert_array_equal(det.Q[..., 6:], det.Q_pre_rope[..., 6:])
+    assert not np.allclose(det.Q[:, 5, :6], det.Q_pre_rope[:, 5, :6])
+    r = CliRunner().invoke(app, ["shapes", "--model", str(folder), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["rotary_dims"], doc["longrope_switch"], doc["total_parameters"]) == (6, 8, doc["file_parameters"])
+
+
+@pytest.mark.parametrize(
+    "changes,fragment",
+    [
+        ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 100.0}},
+         "RoPE type 'linear' is not one this family uses: default, longrope"),
+        ({"rope_parameters": {"rope_type": "longrope", "rope_theta": 100.0, "short_factor": [1.0],
+                              "partial_rotary_factor": 0.75,
+                              "long_factor": [1.0, 2.0, 3.0], "original_max_position_embeddings": 8}},
+         "short_factor must list 3 positive numbers"),
+        ({"sliding_window": 0}, "'sliding_window' must be at least 1"),
+    ],
+)  # fmt: skip
+def test_bad_phi3_keys_are_one_line_exit_2_before_weights(changes, fragment, built, tmp_path):
+    folder, _ = built("phi3-longrope")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    raw = json.loads((folder / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps(raw | changes))
+    (bad / "model.safetensors").write_bytes(b"not read")
+    (bad / "tokenizer.json").write_text((folder / "tokenizer.json").read_text())
+    r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
+    assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_phi3_old_rope_names_are_longrope(built, tmp_path):
+    """Older Phi-3 files write LongRoPE as rope_scaling {"type": "su"} beside rope_theta: the same model."""
+    folder, _ = built("phi3-longrope")
+    raw = json.loads((folder / "config.json").read_text())
+    params = raw.pop("rope_parameters")
+    old = {"type": "su", "short_factor": params["short_factor"], "long_factor": params["long_factor"]}
+    raw |= {"rope_scaling": old, "rope_theta": params["rope_theta"], "partial_rotary_factor": 0.75}
+    copy = tmp_path / "old"
+    copy.mkdir()
+    for f in folder.iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    (copy / "config.json").write_text(json.dumps(raw))
+    ids = ids_for(19, 6)
+    np.testing.assert_array_equal(load_model(copy).forward(ids).attentions, load_model(folder).forward(ids).attentions)
+
+
+@pytest.mark.parametrize("name", ["mistral", "qwen2", "gemma2", "gemma3_text", "smollm3", "phi3"])
 def test_sliding_layers_keep_only_the_window(name, built):
     folder, _ = built(name)
     model = load_model(folder, dtype="float64")
@@ -93,7 +188,7 @@ def test_sliding_layers_keep_only_the_window(name, built):
             assert (w[:, outside] == 0).all() and run.layers[layer].model.window == window
         else:
             assert (w[:, (i - t >= window) & (t <= i)] > 0).any()  # a global layer reaches past the window
-    assert kinds == {"sliding_attention", "full_attention"} or name == "mistral"
+    assert kinds == {"sliding_attention", "full_attention"} or name in ("mistral", "phi3")  # every layer slides
 
 
 @pytest.mark.parametrize("name", ["llama", "qwen3", "gpt_neox", "gemma3_text"])
@@ -218,3 +313,16 @@ def test_bad_nope_keys_are_one_line_exit_2_before_weights(changes, fragment, bui
     (bad / "tokenizer.json").write_text((folder / "tokenizer.json").read_text())
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
     assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_smollm3_default_rope_base_is_transformers(built, tmp_path, transformers):
+    """A SmolLM3 config.json without a RoPE base: SmolLM3Config's default_theta (2e6), not Llama's 10000."""
+    from qkv_cli.models.config import read_config
+
+    folder, _ = built("smollm3-list")
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("rope_parameters", None)
+    raw.pop("rope_theta", None)
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    want = transformers.AutoConfig.from_pretrained(tmp_path).rope_parameters["rope_theta"]
+    assert read_config(tmp_path).rope.ropes[""].theta == want == 2_000_000.0

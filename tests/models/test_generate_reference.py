@@ -35,7 +35,7 @@ def reference_generate(torch, model, ids, new):
 
 
 @pytest.mark.parametrize("name", ["llama", "llama-tied-bias", "mistral", "qwen2", "gemma2", "gemma3_text", "gpt_neox",
-                                  "olmo2", "smollm3"])  # fmt: skip
+                                  "olmo2", "smollm3", "phi3", "phi3-longrope"])  # fmt: skip
 def test_greedy_ids_rows_and_probabilities_match(name, tmp_path, torch, transformers):
     model = build(transformers, torch, name, tmp_path / name)
     ours = load_model(tmp_path / name, dtype="float32")
@@ -92,3 +92,31 @@ def test_sampling_is_seeded_and_respects_top_k(tmp_path, torch, transformers):
     assert all(token in top[:3] for token, top in zip(a.step_ids, a.step_top_ids, strict=True))
     c = generate(ours, prompt, 10, temperature=1.5, top_k=3, seed=2)
     assert c.step_ids.tolist() != a.step_ids.tolist()
+
+
+def test_longrope_generation_crossing_the_original_context(tmp_path, torch, transformers):
+    """Phi-3's LongRoPE: a prompt within original_max_position_embeddings (8) generating past it. The steps within
+    it turn by the short factors; at the switch the cache is recomputed with the long ones, as transformers' Phi-3
+    generation does: the same ids, each step's probabilities softmax of its scores, and the last step's row that
+    of one full forward pass (long factors for every key)."""
+    model = build(transformers, torch, "phi3-longrope", tmp_path / "p")
+    ours = load_model(tmp_path / "p", dtype="float32")
+    prompt = [int(i) for i in np.random.default_rng(3).integers(3, 1400, 5)]
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False,
+                             output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    want = out.sequences[0, len(prompt) :].tolist()
+    gen = generate(ours, prompt_tokens(prompt), 12)
+    assert gen.step_ids.tolist() == want
+    for t, scores in enumerate(out.scores):
+        z = scores[0].double().numpy()
+        p = np.exp(z - z.max())
+        p /= p.sum()
+        np.testing.assert_allclose(gen.step_probs[t], p[want[t]], atol=1e-5, err_msg=f"step {t}")
+    n = len(prompt) + 11  # the last step's query reads 16 tokens
+    full = ours.forward(prompt + want[:-1]).attentions  # one pass over them: long factors for every key
+    np.testing.assert_allclose(gen.step_attentions[-1, :, :, :n], full[:, :, -1, :n], atol=5e-6)
+    short = ours.forward(prompt + want[:2]).attentions  # 7 tokens: short factors
+    np.testing.assert_allclose(gen.step_attentions[2, :, :, :7], short[:, :, -1, :7], atol=5e-6)
