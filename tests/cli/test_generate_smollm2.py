@@ -1,0 +1,53 @@
+"""qkv generate on the real SmolLM2-135M-Instruct GGUF: --layer as the other commands take it, --exclude-first."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from clitools import assert_one_line_error, invoke
+from helpers import smollm2_gguf
+
+pytestmark = pytest.mark.reference
+PROMPT = "The cat sat on the mat"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return str(smollm2_gguf())
+
+
+def generate(model, *more):
+    r = invoke(["generate", PROMPT, "--model", model, "--max-new-tokens", "2", *more])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_one_layer_negative_or_not(smollm2):
+    """--layer 5 and --layer -1 (SmolLM2 has 30 layers: -1 is 29) rank what each token read in that layer."""
+    for given, shown in (("5", 5), ("-1", 29)):
+        doc = json.loads(generate(smollm2, "--format", "json", "--layer", given).stdout)
+        assert doc["attention_of"].startswith(f"layer {shown}, ") and doc["layers"] == [shown]
+    assert_one_line_error(invoke(["generate", PROMPT, "--model", smollm2, "--layer", "30"]), "30 layers")
+
+
+def test_several_layers_as_a_comma_list_or_repeated(smollm2, tmp_path):
+    """--layer 5,-1 and --layer 5 --layer -1 alike: one ranking per layer, each the layer's own weights (the NPZ's
+    step_attentions averaged over the heads)."""
+    npz = tmp_path / "gen.npz"
+    comma = json.loads(generate(smollm2, "--format", "json", "--layer", "5,-1", "--save-npz", str(npz)).stdout)
+    repeated = json.loads(generate(smollm2, "--format", "json", "--layer", "5", "--layer", "-1").stdout)
+    assert comma == repeated and comma["layers"] == [5, 29]
+    w = np.load(npz)["step_attentions"].astype(np.float64)  # (steps, L, tau, n_max)
+    for step in comma["steps"]:
+        for layer in (5, 29):
+            row = w[step["step"], layer].mean(axis=0)
+            ranked = step["attended_by_layer"][str(layer)]
+            assert [a["position"] for a in ranked] == list(np.argsort(-row[: step["position"]], kind="stable")[:3])
+            assert [a["weight"] for a in ranked] == pytest.approx([row[a["position"]] for a in ranked], abs=1e-6)
+        assert step["attended"] == step["attended_by_layer"]["5"]  # the first layer given
+    table = generate(smollm2, "--layer", "5,-1").stdout
+    assert "layer 5" in table and "layer 29" in table
+    csv = generate(smollm2, "--layer", "5,-1", "--format", "csv").stdout.splitlines()
+    assert csv[0].endswith("attended_layer5,attended_layer29")
