@@ -110,8 +110,10 @@ def table_view(gen: Result, rows: list[dict], layers: list[int], where: str, pre
 
 
 def arrays(gen: Result) -> dict:
-    """NPZ: ids, tokens, step_probs, step_attentions (steps, L, tau, n_max; zeros past each step), prompt_len."""
+    """NPZ: ids, tokens (the tokenizer's strings), labels (as shown), step_probs, step_attentions
+    (steps, L, tau, n_max; zeros past each step), prompt_len."""
     return {"ids": np.asarray(gen.ids), "tokens": np.array(list(gen.tokens.strings), dtype=str),
+            "labels": np.array(gen.labels, dtype=str),
             "step_ids": gen.step_ids, "step_probs": gen.step_probs, "step_top_ids": gen.step_top_ids,
             "step_top_probs": gen.step_top_probs, "step_attentions": gen.step_attentions,
             "prompt_len": np.int64(gen.prompt_len), "model": np.array(gen.model.name)}  # fmt: skip

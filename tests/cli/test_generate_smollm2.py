@@ -51,3 +51,20 @@ def test_several_layers_as_a_comma_list_or_repeated(smollm2, tmp_path):
     assert "layer 5" in table and "layer 29" in table
     csv = generate(smollm2, "--layer", "5,-1", "--format", "csv").stdout.splitlines()
     assert csv[0].endswith("attended_layer5,attended_layer29")
+
+
+def test_npz_has_the_labels_json_shows_beside_the_raw_tokens(smollm2, tmp_path):
+    """`tokens` are the tokenizer's strings (Ġcat: byte-level BPE marks a leading space with Ġ); `labels` are what
+    the tables and the JSON show (cat), in the NPZ too."""
+    npz = tmp_path / "run.npz"
+    r = invoke(["run", PROMPT, "--model", smollm2, "--layer", "0", "--format", "json", "--save-npz", str(npz)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    z = np.load(npz, allow_pickle=False)
+    assert list(z["tokens"]) == doc["tokens"] and "Ġcat" in doc["tokens"]
+    assert list(z["labels"]) == doc["labels"] and "cat" in doc["labels"] and "Ġcat" not in doc["labels"]
+    gen = tmp_path / "gen.npz"
+    doc = json.loads(generate(smollm2, "--format", "json", "--save-npz", str(gen)).stdout)
+    z = np.load(gen, allow_pickle=False)
+    assert list(z["labels"]) == doc["prompt"] + [s["token"] for s in doc["steps"]]
+    assert "Ġcat" in list(z["tokens"]) and len(z["tokens"]) == len(z["labels"])
