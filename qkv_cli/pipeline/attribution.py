@@ -130,7 +130,8 @@ def of_layer(result: Result, req) -> Result:
     """value-norm of a random-weights layer (DENSE): f^h(x_j) = x_j W^h_v W^h_o (no biases)."""
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     tau, m, n = result.weights.shape
-    budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm")
+    budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm",
+                        dtype=req.settings.dtype)  # fmt: skip
     layer, heads, norms = value_norms(result.weights, value_vectors(result.V, result.Wo))
     ids = None if result.tokens.ids is None else np.asarray(result.tokens.ids)
     return replace(result, kind=Kind.ATTRIBUTION, method="value-norm", attribution=layer, attribution_heads=heads,
@@ -152,7 +153,7 @@ def of_model(model, text: str, req) -> Result:
              "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.method]  # fmt: skip
     needed = estimate_bytes(c, m, model.dtype, 1) + extra
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
-    budget.check_budget(needed, limit, HINTS, what=f"--method {req.method}")
+    budget.check_budget(needed, limit, HINTS, what=f"--method {req.method}", dtype=model.dtype)
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
     out = replace(
         run.layers[L],

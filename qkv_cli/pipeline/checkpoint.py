@@ -28,12 +28,12 @@ def chosen_layers(model, layers, all_layers: bool) -> list[int]:
     return list(range(n)) if all_layers else [n - 1]
 
 
-def check_memory(model, activations: int, limit: int, hints: str, what: str = "this run") -> None:
+def check_memory(model, activations: int, limit: int, hints: str, what: str = "this run", given=()) -> None:
     """Refuse a run whose weights and activations exceed the budget. A streamed model (models.stream) first lets
     as many layers stay resident as the budget holds beside the activations, then counts what its weights hold at
     most: the resident layers, the two being read and the head."""
     model.fit_weights(limit - activations)
-    budget.check_budget(model.weights_bytes + activations, limit, hints, what=what)
+    budget.check_budget(model.weights_bytes + activations, limit, hints, what=what, dtype=model.dtype, given=given)
 
 
 def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "vectorized",
@@ -47,7 +47,8 @@ def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "
     said = prompt(model, text, chat)
     tokens = said.tokens
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    check_memory(model, estimate_bytes(model.config, len(tokens), model.dtype, len(chosen)), limit, HINTS)
+    check_memory(model, estimate_bytes(model.config, len(tokens), model.dtype, len(chosen)), limit, HINTS,
+                 given=("fewer --layer",) if len(chosen) <= 1 else ())  # fmt: skip
     out = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=chosen, kernel=kernel, tokens=tokens)
     out.chat = said if chat is not None else None
     return out

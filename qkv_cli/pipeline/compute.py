@@ -139,7 +139,8 @@ def compute_each(req: Request) -> list[Result]:
         from qkv_cli.text.tokens import tokenize
 
         total = sum(dense.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
-        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}")
+        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}",
+                            dtype=req.settings.dtype)  # fmt: skip
     return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
 
 

@@ -43,8 +43,10 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
     limit = budget.default_max_memory() if max_memory is None else max_memory
     n_max = P + max_new - 1
     kept = max_new * c.n_layers * c.n_heads * n_max * model.dtype.itemsize
-    budget.check_budget(bytes_needed(c, P + max_new, model.dtype.itemsize) + kept + 4 * P * P * c.n_heads * 8,
-                        limit, "fewer --max-new-tokens, a shorter prompt, or --dtype float32")  # fmt: skip
+    activations = bytes_needed(c, P + max_new, model.dtype.itemsize) + kept + 4 * P * P * c.n_heads * 8
+    budget.check_budget(model.weights_bytes + activations,
+                        limit, "fewer --max-new-tokens, a shorter prompt, or --dtype float32",
+                        dtype=model.dtype)  # fmt: skip
     cache = KVCache(model, P + max_new)
     out = step(model, np.asarray(prompt.ids), cache, kernel)  # the prompt at once (prefill)
     if out.logits is None:
