@@ -1,5 +1,6 @@
 """`qkv generate`: a decoder writes after the prompt, through a KV cache; what it read to write each token."""
 
+import sys
 from typing import Annotated
 
 import typer
@@ -37,7 +38,10 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
              seed: Annotated[int, typer.Option(min=0, help="Seed for sampling (with --temperature).")] = 0,
              layer: LayerArg = None, head: HeadOpt = None, kernel: KernelOpt = "vectorized",
              dtype: DtypeOpt = "float32", precision: PrecisionOpt = 3, format: FormatOpt = Format.table,
-             save_npz: SaveNpzOpt = None, download: DownloadOpt = False):  # fmt: skip
+             save_npz: SaveNpzOpt = None, download: DownloadOpt = False,
+             exclude_first: Annotated[bool, typer.Option("--exclude-first", help="Rank what each token read among "
+                 "the tokens after the first (the sink most layers put spare weight on); the weights stay as they "
+                 "are.")] = False):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.pipeline.compute import compute, load_model
@@ -64,12 +68,20 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
             raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
     from qkv_cli.cli.commands import noted
 
-    result = noted(compute(req, loaded))
+    stream = None
+    if format == Format.table and sys.stdout.isatty() and not hasattr(loaded, "dec_layers"):
+        from qkv_cli.views.generate import Stream
+
+        stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written
+    result = compute(req, loaded, on_token=stream)
+    if stream is not None:
+        stream.end()
+    noted(result)
     if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
         from qkv_cli.views.seq2seq import emit_generation
 
         return emit_generation(result, layer[0] if layer else None, heads, precision, format.value, save_npz)
-    emit(result, layer, heads, precision, format.value, save_npz)
+    emit(result, layer, heads, precision, format.value, save_npz, skip=int(exclude_first), streamed=stream is not None)
 
 
 _ = FileOpt

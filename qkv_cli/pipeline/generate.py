@@ -29,8 +29,9 @@ def choose(z, temperature: float, top_k: int, rng) -> int:  # [V] scores -> the 
 
 
 def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             kernel: str = "vectorized", max_memory: int | None = None, eos=None) -> Result:  # fmt: skip
-    """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer)."""
+             kernel: str = "vectorized", max_memory: int | None = None, eos=None, on_token=None) -> Result:  # fmt: skip
+    """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer); on_token(ids), if
+    given, is called with the ids written so far after each token is chosen."""
     from qkv_cli.models.cache import KVCache, bytes_needed, step
 
     c = model.config
@@ -61,6 +62,8 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         token = choose(z, temperature, top_k, rng)
         best = top_indices(p, TOP)
         ids.append(token)
+        if on_token is not None:
+            on_token(ids)
         probs.append(p[token])
         top_ids.append(best)
         top_probs.append(p[best])

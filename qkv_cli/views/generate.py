@@ -47,9 +47,29 @@ def steps(gen: Result, layer: int | None, heads, skip: int = 0) -> list[dict]:
     return out
 
 
+class Stream:
+    """Writes the text to a terminal as the model writes it: called with the ids so far, it writes what their
+    decoding adds; a character still incomplete (a byte-level token ending mid-UTF-8: U+FFFD) waits for the next."""
+
+    def __init__(self, tokenizer, out=None):
+        self.tokenizer, self.out, self.shown = tokenizer, out or sys.stdout, ""
+
+    def __call__(self, ids) -> None:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False).rstrip("\ufffd")
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.out.write(clean(text[len(self.shown) :]))
+            self.out.flush()
+            self.shown = text
+
+    def end(self) -> None:
+        self.out.write("\n")
+        self.out.flush()
+
+
 def emit(gen: Result, layers: list[int] | None, heads, precision: int, fmt: str, save_npz=None,
-         skip: int = 0) -> None:  # fmt: skip
-    """The rows for each of `layers` (default: the last); "attended" is the first layer's."""
+         skip: int = 0, streamed: bool = False) -> None:  # fmt: skip
+    """The rows for each of `layers` (default: the last); "attended" is the first layer's. `skip`: leave the first
+    position out of the ranking; `streamed`: the text is on the terminal already (Stream)."""
     layers = layers or [gen.model.n_layers - 1]
     rows = steps(gen, layers[0], heads, skip)
     for layer in layers:
@@ -75,14 +95,15 @@ def emit(gen: Result, layers: list[int] | None, heads, precision: int, fmt: str,
                     for l in layers]  # fmt: skip
             writer.writerow([r["step"], r["position"], r["token"], r["id"], repr(r["prob"]), top, *seen])
     else:
-        table_view(gen, rows, layers, where, precision)
+        table_view(gen, rows, layers, where, precision, streamed, skip)
     if save_npz is not None:
         from qkv_cli.views.files import save_npz as save
 
         print(f"saved {save(arrays(gen), save_npz)}", file=sys.stderr)
 
 
-def table_view(gen: Result, rows: list[dict], layers: list[int], where: str, precision: int) -> None:
+def table_view(gen: Result, rows: list[dict], layers: list[int], where: str, precision: int, streamed: bool = False,
+               skip: int = 0) -> None:  # fmt: skip
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -92,8 +113,9 @@ def table_view(gen: Result, rows: list[dict], layers: list[int], where: str, pre
 
     out = console()
     out.print(Text(f"{clean(gen.model.name)} ({gen.model.family}) wrote {len(rows)} tokens after a prompt of "
-                   f"{gen.prompt_len}:"), style="bold")  # fmt: skip
-    out.print(Text(clean(gen.text)))
+                   f"{gen.prompt_len}" + (" (the text above)" if streamed else ":")), style="bold")  # fmt: skip
+    if not streamed:
+        out.print(Text(clean(gen.text)))
     table = Table(title=f"Each written token: its probability, the alternatives, and what it read ({where})",
                   box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1))  # fmt: skip
     most = ["attended most"] if len(layers) == 1 else [f"attended most, layer {layer}" for layer in layers]
@@ -107,6 +129,10 @@ def table_view(gen: Result, rows: list[dict], layers: list[int], where: str, pre
         table.add_row(str(r["step"]), Text(short(r["token"], 12)), f"{r['prob']:.{p + 1}f}", Text(top), *seen)
     out.print(table)
     out.print(f"KV cache at the end: {gen.cache_bytes:,} bytes for {len(gen.labels) - 1} tokens", style="dim")
+    sunk = sum(r["attended"][0]["position"] == 0 for r in rows if r["attended"])
+    if not skip and sunk * 2 > len(rows):
+        out.print(f"The first token is the most attended in {sunk} of {len(rows)} steps (a sink most layers put "
+                  "spare weight on): --exclude-first ranks the tokens after it", style="dim")  # fmt: skip
 
 
 def arrays(gen: Result) -> dict:

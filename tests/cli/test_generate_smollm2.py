@@ -68,3 +68,12 @@ def test_npz_has_the_labels_json_shows_beside_the_raw_tokens(smollm2, tmp_path):
     z = np.load(gen, allow_pickle=False)
     assert list(z["labels"]) == doc["prompt"] + [s["token"] for s in doc["steps"]]
     assert "Ġcat" in list(z["tokens"]) and len(z["tokens"]) == len(z["labels"])
+
+
+def test_the_first_token_sink_is_said_and_can_be_left_out(smollm2):
+    """On SmolLM2 the last layer puts most weight on the first token at every step: the table says so and points
+    to --exclude-first, which ranks the tokens after it."""
+    plain = " ".join(generate(smollm2).stdout.split())  # the note wraps at the terminal's width
+    assert "--exclude-first ranks the tokens after it" in plain and "The@0" in plain
+    after = " ".join(generate(smollm2, "--exclude-first").stdout.split())
+    assert "--exclude-first ranks" not in after and "The@0" not in after and "after the first token" in after
