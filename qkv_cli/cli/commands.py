@@ -20,6 +20,7 @@ from qkv_cli.cli.options import (
     RANDOM,
     SHOW_CHOICES,
     TEXT,
+    AscendingOpt,
     BatchOpt,
     CausalOpt,
     ContextFileOpt,
@@ -32,6 +33,7 @@ from qkv_cli.cli.options import (
     FormatOpt,
     HeadFusionOpt,
     HeadOpt,
+    HeadSortOpt,
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
@@ -49,6 +51,7 @@ from qkv_cli.cli.options import (
     TauOpt,
     TextArg,
     TokenizerOpt,
+    TopOpt,
     WindowOpt,
     choices,
 )  # fmt: skip
@@ -203,7 +206,8 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
 @takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS)
-def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
+def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table, sort: HeadSortOpt = None,
+          ascending: AscendingOpt = False, top: TopOpt = None):  # fmt: skip
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'
     previous-token, duplicate-token and induction scores, and a label per head.
 
@@ -211,11 +215,14 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table)
     from qkv_cli.pipeline.compute import compute_each
     from qkv_cli.views.heads import emit_roles
 
+    if ascending and sort is None:
+        raise QkvError("--ascending orders by a column: give --sort COLUMN too")
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
     roles = noted(compute_each(req))
     emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
-               seed=req.settings.seed, layers=req.layers))  # fmt: skip
+               seed=req.settings.seed, layers=req.layers, sort=sort and sort.value, ascending=ascending,
+               top=top))  # fmt: skip
 
 
 @app.command(epilog="Example: qkv models --format json")

@@ -238,6 +238,32 @@ ExcludeFirstOpt = Annotated[
 ExcludeCurrentOpt = Annotated[
     bool, typer.Option("--exclude-current", help="Head detectors: leave out each query's weight on itself.")
 ]
+HEAD_COLUMNS = (
+    "entropy",
+    "norm_entropy",
+    "max_weight",
+    "mean_distance",
+    "self",
+    "previous",
+    "first",
+    "local",
+    "softmax_grad",
+    "next",
+    "sink",
+    "previous_token",
+    "duplicate_token",
+    "induction",
+)  # views.heads' keys
+HeadSort = choices("HeadSort", HEAD_COLUMNS)
+HeadSortOpt = Annotated[
+    HeadSort | None,
+    typer.Option("--sort", help="Order the heads by this column, largest first (see --ascending); the JSON name.",
+                 metavar=one_of(HEAD_COLUMNS)),
+]  # fmt: skip
+AscendingOpt = Annotated[bool, typer.Option("--ascending", help="With --sort: smallest first.")]
+TopOpt = Annotated[
+    int | None, typer.Option("--top", min=1, help="Keep only the first N heads (after --sort) in tables, JSON, CSV.")
+]
 ProbeOpt = Annotated[
     int | None,
     typer.Option("--induction-probe", min=1, help="With --model: N seeded random tokens repeated twice, instead of "
