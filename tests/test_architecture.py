@@ -35,7 +35,7 @@ THIRD_PARTY = {  # part -> third-party packages it may import
     "pipeline": {"numpy", "jinja2"},
     "views": {"numpy", "rich", "matplotlib"},
     "api": {"numpy"},
-    "cli": {"typer", "click"},
+    "cli": {"typer", "click", "shellingham"},  # shellingham: the shell detection typer itself uses
 }
 MAX_LINES = 300
 

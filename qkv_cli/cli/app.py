@@ -27,6 +27,10 @@ class QkvGroup(TyperGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         code = 0
         plain_metavars(self)
+        from qkv_cli.cli.shell import note_named_shell, use_for_typer
+
+        note_named_shell(sys.argv[1:] if args is None else args)
+        use_for_typer()
         try:
             rv = super().main(args=args, prog_name="qkv", complete_var=complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0

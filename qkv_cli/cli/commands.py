@@ -18,9 +18,9 @@ from qkv_cli.cli.options import (
     MASKS,
     PREDICTION,
     RANDOM,
-    ROWS,
     SHOW_CHOICES,
     TEXT,
+    AscendingOpt,
     BatchOpt,
     CausalOpt,
     ContextFileOpt,
@@ -33,6 +33,7 @@ from qkv_cli.cli.options import (
     FormatOpt,
     HeadFusionOpt,
     HeadOpt,
+    HeadSortOpt,
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
@@ -50,12 +51,19 @@ from qkv_cli.cli.options import (
     TauOpt,
     TextArg,
     TokenizerOpt,
+    TopOpt,
     WindowOpt,
     choices,
 )  # fmt: skip
 from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
 from qkv_cli.errors import QkvError
 
+RowsOpt = Annotated[
+    str | None,
+    typer.Option("--rows", metavar="A:B", help="With --model: keep only these query positions' weights, a Python "
+                 "slice (0:16; -128: for the last 128): long documents fit where every row would not."),
+]  # fmt: skip
+ROWS = [("rows", RowsOpt, None)]
 EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET, SEQ2SEQ)
 DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
@@ -208,7 +216,8 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
 @takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS)
-def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table):
+def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table, sort: HeadSortOpt = None,
+          ascending: AscendingOpt = False, top: TopOpt = None):  # fmt: skip
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'
     previous-token, duplicate-token and induction scores, and a label per head.
 
@@ -216,11 +225,14 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table)
     from qkv_cli.pipeline.compute import compute_each
     from qkv_cli.views.heads import emit_roles
 
+    if ascending and sort is None:
+        raise QkvError("--ascending orders by a column: give --sort COLUMN too")
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
     roles = noted(compute_each(req))
     emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
-               seed=req.settings.seed, layers=req.layers))  # fmt: skip
+               seed=req.settings.seed, layers=req.layers, sort=sort and sort.value, ascending=ascending,
+               top=top))  # fmt: skip
 
 
 @app.command(epilog="Example: qkv models --format json")

@@ -1,5 +1,7 @@
 """`qkv generate`: a decoder writes after the prompt, through a KV cache; what it read to write each token."""
 
+import dataclasses
+import sys
 from typing import Annotated
 
 import typer
@@ -27,9 +29,15 @@ from qkv_cli.cli.params import Opts, parse_heads, request, takes
 from qkv_cli.errors import QkvError
 
 ModelArg = Annotated[str | None, typer.Option("--model", help="A decoder: a folder, a NAME or a .gguf file.")]
-LayerArg = layer_option("the layer whose weights rank what each written token read; default: the last", many=False)
+LayerArg = layer_option("the layers whose weights rank what each written token read, one column each; default: the "
+                        "last")  # fmt: skip
 QuietOpt = Annotated[
-    bool, typer.Option("--quiet", help="No progress line on stderr (it is shown only when stderr is a terminal).")
+    bool,
+    typer.Option(
+        "--quiet",
+        help="No progress line on stderr (shown only when stderr is a terminal and the "
+        "text is not being written to the terminal's stdout).",
+    ),
 ]
 
 
@@ -39,7 +47,10 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
              seed: Annotated[int, typer.Option(min=0, help="Seed for sampling (with --temperature).")] = 0,
              layer: LayerArg = None, head: HeadOpt = None, kernel: KernelOpt = "vectorized",
              dtype: DtypeOpt = "float32", precision: PrecisionOpt = 3, format: FormatOpt = Format.table,
-             save_npz: SaveNpzOpt = None, download: DownloadOpt = False, quiet: QuietOpt = False):  # fmt: skip
+             save_npz: SaveNpzOpt = None, download: DownloadOpt = False,
+             exclude_first: Annotated[bool, typer.Option("--exclude-first", help="Rank what each token read among "
+                 "the tokens after the first (the sink most layers put spare weight on); the weights stay as they "
+                 "are.")] = False, quiet: QuietOpt = False):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.pipeline.compute import compute, load_model
@@ -61,22 +72,29 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     if layer:
         from qkv_cli.models import check_layer
 
-        if len({check_layer(at, L) for at in layer}) > 1:
-            raise QkvError("qkv generate ranks what tokens read in one layer: give one --layer")
-        layer = check_layer(layer[0], L)
-    else:
-        layer = None
+        layer = list(dict.fromkeys(check_layer(at, L) for at in layer))  # in the order given, each once
+        if len(layer) > 1 and hasattr(loaded, "dec_layers"):
+            raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
     from qkv_cli.cli.commands import noted
 
+    stream = None
+    if format == Format.table and sys.stdout.isatty() and not hasattr(loaded, "dec_layers"):
+        from qkv_cli.views.generate import Stream
+
+        stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written (no progress line)
+        req = dataclasses.replace(req, progress=None)
     try:
-        result = noted(compute(req, loaded))
+        result = compute(req, loaded, on_token=stream)
     finally:
         clear_progress(req.progress)
+    if stream is not None:
+        stream.end()
+    noted(result)
     if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
         from qkv_cli.views.seq2seq import emit_generation
 
-        return emit_generation(result, layer, heads, precision, format.value, save_npz)
-    emit(result, layer, heads, precision, format.value, save_npz)
+        return emit_generation(result, layer[0] if layer else None, heads, precision, format.value, save_npz)
+    emit(result, layer, heads, precision, format.value, save_npz, skip=int(exclude_first), streamed=stream is not None)
 
 
 def progress_line():

@@ -198,12 +198,6 @@ ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWi
 CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]
 MASK_CHECKPOINT = [("model", ModelOpt, None), ("layer", MaskLayerOpt, None), ("download", DownloadOpt, False)]
 BUDGET = [("max_memory", MaxMemoryOpt, None)]
-RowsOpt = Annotated[
-    str | None,
-    typer.Option("--rows", metavar="A:B", help="With --model: keep only these query positions' weights, a Python "
-                 "slice (0:16; -128: for the last 128): long documents fit where every row would not."),
-]  # fmt: skip
-ROWS = [("rows", RowsOpt, None)]
 GenerateOpt = Annotated[
     int | None,
     typer.Option("--generate", min=1, help="With --model: a decoder writes N tokens; draw that."),
@@ -243,6 +237,32 @@ ExcludeFirstOpt = Annotated[
 ]
 ExcludeCurrentOpt = Annotated[
     bool, typer.Option("--exclude-current", help="Head detectors: leave out each query's weight on itself.")
+]
+HEAD_COLUMNS = (
+    "entropy",
+    "norm_entropy",
+    "max_weight",
+    "mean_distance",
+    "self",
+    "previous",
+    "first",
+    "local",
+    "softmax_grad",
+    "next",
+    "sink",
+    "previous_token",
+    "duplicate_token",
+    "induction",
+)  # views.heads' keys
+HeadSort = choices("HeadSort", HEAD_COLUMNS)
+HeadSortOpt = Annotated[
+    HeadSort | None,
+    typer.Option("--sort", help="Order the heads by this column, largest first (see --ascending); the JSON name.",
+                 metavar=one_of(HEAD_COLUMNS)),
+]  # fmt: skip
+AscendingOpt = Annotated[bool, typer.Option("--ascending", help="With --sort: smallest first.")]
+TopOpt = Annotated[
+    int | None, typer.Option("--top", min=1, help="Keep only the first N heads (after --sort) in tables, JSON, CSV.")
 ]
 ProbeOpt = Annotated[
     int | None,

@@ -66,24 +66,45 @@ def attention_bytes(m: int, n: int, d: int, tau: int, itemsize: int, band: int |
     return (tau * per_head + matrices) * itemsize + draw
 
 
-def check_budget(needed: int, max_memory: int, hints: str = "", at_least: bool = False, what: str = "this run") -> None:
+def check_budget(needed: int, max_memory: int, hints: str = "", at_least: bool = False, what: str = "this run",
+                 dtype=None, given=()) -> None:  # fmt: skip
+    """TooLargeError when `needed` bytes exceed the budget, with `hints` less those already followed: `given`
+    (e.g. "fewer --layer" with one layer) and "--dtype float32" when `dtype` is already 4 bytes or fewer."""
     if needed > max_memory:
+        hints = without(hints, (*given, *(["--dtype float32"] if dtype is not None and small(dtype) else [])))
         hint = f"; try {hints}" if hints else ""
         about = "at least" if at_least else "about"
         raise TooLargeError(f"{what} needs {about} {human(needed)}, more than --max-memory {human(max_memory)}{hint}")
 
 
+def small(dtype) -> bool:
+    import numpy as np
+
+    return np.dtype(dtype).itemsize <= 4
+
+
+def without(hints: str, drop) -> str:
+    """ "a, b, or c" less the pieces in `drop`, rejoined the same way ("a or c"); unchanged when none is dropped."""
+    pieces = [p for p in re.split(r",\s*or\s+|,\s*|\s+or\s+", hints) if p]
+    kept = [p for p in pieces if p not in set(drop)]
+    if len(kept) == len(pieces):
+        return hints
+    if len(kept) <= 2:
+        return " or ".join(kept)
+    return ", ".join(kept[:-1]) + ", or " + kept[-1]
+
+
 PROBE_CHARS_PER_TOKEN = 16  # a prefix this many characters per allowed token nearly always holds more tokens
 
 
-def check_text(text: str, count, needed, max_memory: int, hints: str = "") -> None:
+def check_text(text: str, count, needed, max_memory: int, hints: str = "", dtype=None) -> None:
     """Refuse a text far too long for the budget before tokenizing all of it (that alone can take minutes).
 
     count(str) -> number of tokens; needed(m) -> bytes for m tokens (increasing in m). The weights alone are
     checked first (m = 1); then a prefix of the text, cut at whitespace, is tokenized: its tokens are a lower
     bound on the whole text's, so if even they do not fit, the run is refused with that (lower) estimate.
     """
-    check_budget(needed(1), max_memory, hints)
+    check_budget(needed(1), max_memory, hints, dtype=dtype)
     lo, hi = 1, max(1, len(text))  # the largest m that fits lies in [lo, hi]
     if needed(hi) <= max_memory:
         return
@@ -96,4 +117,4 @@ def check_text(text: str, count, needed, max_memory: int, hints: str = "") -> No
     cut = max(text.rfind(" ", 0, probe), text.rfind("\n", 0, probe))
     m = count(text[: cut if cut > 0 else probe])
     if m > lo:
-        check_budget(needed(m), max_memory, hints, at_least=True)
+        check_budget(needed(m), max_memory, hints, at_least=True, dtype=dtype)

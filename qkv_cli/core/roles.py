@@ -23,7 +23,7 @@ Role labels, first rule that holds (THRESHOLDS):
 
 - induction: induction >= 0.3, else duplicate-token: duplicate_token >= 0.3 (the "mul" scores, whatever measure
   is shown; a perfect head scores the share of rows that have a target, about 0.5 on `--induction-probe`);
-- previous-token: previous >= 0.5;  self: self >= 0.5;  first-token sink: first >= 0.5;  next-token: next >= 0.5;
+- previous-token: previous >= 0.5;  self: self >= 0.5;  first-token: first >= 0.5;  next-token: next >= 0.5;
   sink: sink >= 0.5 (when more than one holds, the largest share wins);
 - local: local >= 0.8 (and not one of the above);
 - broad: norm_entropy >= 0.8 (weight spread over most allowed keys);
@@ -47,10 +47,10 @@ from qkv_cli.errors import QkvError
 LOCAL_RADIUS = 2
 THRESHOLDS = {"previous": 0.5, "self": 0.5, "first": 0.5, "local": 0.8, "broad": 0.8, "next": 0.5, "sink": 0.5,
               "induction": 0.3, "duplicate_token": 0.3}  # fmt: skip
-ROLES = ("induction", "duplicate-token", "previous-token", "self", "first-token sink", "next-token", "sink", "local",
+ROLES = ("induction", "duplicate-token", "previous-token", "self", "first-token", "next-token", "sink", "local",
          "broad", "mixed")  # fmt: skip
 DETECTOR_ROLES = (("induction", "induction"), ("duplicate_token", "duplicate-token"))
-SHARE_ROLES = (("previous", "previous-token"), ("self", "self"), ("first", "first-token sink"), ("next", "next-token"),
+SHARE_ROLES = (("previous", "previous-token"), ("self", "self"), ("first", "first-token"), ("next", "next-token"),
                ("sink", "sink"))  # fmt: skip
 METRICS = (
     "entropy",

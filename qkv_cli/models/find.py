@@ -6,6 +6,7 @@ weights; catalog.py lists what it finds for `qkv models`.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
@@ -115,9 +116,10 @@ def resolve_model(spec: str, download: bool = False) -> Path:
     if shipped is not None:
         return shipped
     if not download:
+        hint = did_you_mean(spec)
         raise QkvError(
-            f"model '{spec}' is not a folder and not in the Hugging Face cache ({hub_cache()}): "
-            f"pass --download to fetch it (needs {DOWNLOAD_HINT}), or give a local folder"
+            f"model '{spec}' is not a folder and not in the Hugging Face cache ({hub_cache()}): {hint}"
+            f"{'else ' if hint else ''}pass --download to fetch it (needs {DOWNLOAD_HINT}), or give a local folder"
         )
     return _download(repo_id, revision or None)
 
@@ -209,3 +211,41 @@ def _subdirs(pkg: Path):
         return [c for c in pkg.iterdir() if c.is_dir() and not c.name.startswith((".", "__"))]
     except OSError:
         return []
+
+
+def model_names() -> list[str]:
+    """The names `--model` finds, from directory listings alone: cached org/name ids and packages shipping one."""
+    names = []
+    root = hub_cache()
+    try:
+        names += [r.name[len("models--") :].replace("--", "/") for r in root.glob("models--*")] if root.is_dir() else []
+    except OSError:
+        pass
+    for entry in sys.path:
+        base = Path(entry or ".")
+        if not ("site-packages" in base.parts or "dist-packages" in base.parts) or not base.is_dir():
+            continue
+        try:
+            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
+        except OSError:
+            continue
+        for pkg in packages:
+            found = shipped_models(pkg)
+            names += [pkg.name] if found else []
+            names += [f"{pkg.name}/{p.name}" for p in found if len(found) > 1 and p != pkg]
+    return list(dict.fromkeys(names))
+
+
+def did_you_mean(spec: str, names: list[str] | None = None) -> str:
+    """ "did you mean 'X'? " for the known names closest to `spec` (difflib; case aside, and by the part after
+    org/ too), or "" when none is close."""
+    import difflib
+
+    names = model_names() if names is None else names
+    by_key = {}
+    for name in names:
+        for key in (name.lower(), name.rpartition("/")[2].lower()):
+            by_key.setdefault(key, name)
+    close = difflib.get_close_matches(spec.lower(), list(by_key), n=3, cutoff=0.6)
+    close = list(dict.fromkeys(by_key[k] for k in close))
+    return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""

@@ -90,7 +90,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
     if max_memory is not None:
         from qkv_cli.core.budget import check_budget
 
-        check_budget(weights.nbytes(itemsize), max_memory, HINT, what=f"{name}'s weights")
+        check_budget(weights.nbytes(itemsize), max_memory, HINT, what=f"loading {name}'s weights", dtype=dtype)
     weights.read_ahead(skip=("__head__",))  # the output head is read on first use (predict, generate)
     try:
         params = family.prepare(weights, config, np.dtype(dtype))

@@ -2,11 +2,12 @@
 
     for l in 0..L-1:  W_l = read(l) (dequantized, cast);  x_{l+1} = block(W_l, x_l);  drop W_l unless resident
 
-The checkpoint stays memory-mapped. `Layers` builds layer l's block when it is first asked for and keeps the
-first `resident` layers it built (the budget sets how many: all of them when they fit, so repeated calls and
-generation read each layer once); the others are read again on each pass, the next one on a second thread while
-the current one computes. `RowMatrix` holds the embedding and the output head: E[ids] reads only those rows,
-and the head's scores h W_out^T are computed in blocks of rows unless the budget lets the head stay whole.
+The checkpoint stays memory-mapped. `Layers` builds layer l's block when it is asked for, the next one on a
+second thread while the current one computes. A layer read a second time (a second pass: generation's steps,
+repeated calls) stays, up to `resident` layers (the budget sets how many: all of them when they fit); a single
+pass keeps none, so it holds two layers' weights at most whatever the budget. `RowMatrix` holds the embedding
+and the output head: E[ids] reads only those rows, and the head's scores h W_out^T are computed in blocks of
+rows unless the budget lets the head stay whole.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class Layers(Sequence):
         self.layer_bytes = tuple(int(b) for b in layer_bytes)  # what each layer's weights take once cast
         self.resident = n  # how many layers stay once read (set from the budget: fit)
         self._kept: dict[int, object] = {}
+        self._seen: set[int] = set()  # layers read once: the next read keeps them (if resident allows)
         self._last: tuple[int, object] | None = None  # the layer asked for last (asked again by the same pass)
         self._next: tuple[int, object] | None = None  # (l, Future): the next layer, read while this one computes
         self._lock = threading.Lock()
@@ -44,8 +46,9 @@ class Layers(Sequence):
             raise IndexError(l)
         with self._lock:
             block = self._take(l)
-            if l not in self._kept and len(self._kept) < self.resident:
+            if l not in self._kept and l in self._seen and len(self._kept) < self.resident:
                 self._kept[l] = block
+            self._seen.add(l)
             self._last = (l, block)
             self._read_next(l + 1)
         return block
@@ -62,7 +65,7 @@ class Layers(Sequence):
 
     def _read_next(self, l: int) -> None:
         """Start reading layer l on a second thread, if the pass will need it and it is not kept."""
-        if l >= self._n or l in self._kept or self.streamed == 0 or (self._next and self._next[0] == l):
+        if l >= self._n or l in self._kept or (self._next and self._next[0] == l):
             return
         from concurrent.futures import ThreadPoolExecutor
 
@@ -94,7 +97,7 @@ class Layers(Sequence):
     def drop(self) -> None:
         """Forget every layer read (the next pass reads them again)."""
         with self._lock:
-            self._kept, self._last, self._next = {}, None, None
+            self._kept, self._last, self._next, self._seen = {}, None, None, set()
 
 
 class RowMatrix:

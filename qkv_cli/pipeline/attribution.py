@@ -130,7 +130,8 @@ def of_layer(result: Result, req) -> Result:
     """value-norm of a random-weights layer (DENSE): f^h(x_j) = x_j W^h_v W^h_o (no biases)."""
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     tau, m, n = result.weights.shape
-    budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm")
+    budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm",
+                        dtype=req.settings.dtype)  # fmt: skip
     layer, heads, norms = value_norms(result.weights, value_vectors(result.V, result.Wo))
     ids = None if result.tokens.ids is None else np.asarray(result.tokens.ids)
     return replace(result, kind=Kind.ATTRIBUTION, method="value-norm", attribution=layer, attribution_heads=heads,

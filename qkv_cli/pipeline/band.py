@@ -33,12 +33,12 @@ def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
 
     limit = budget.default_max_memory() if max_memory is None else max_memory
     budget.check_text(text, lambda t: len(tokenize(t, settings.tokenizer)), lambda k: estimate(k, settings), limit,
-                      HINTS)  # fmt: skip
+                      HINTS, settings.dtype)  # fmt: skip
     tokens = tokenize(text, settings.tokenizer)
     m = len(tokens)
     if m < BAND_MIN_TOKENS:
         return dense.run(text, settings, tokens=tokens, max_memory=max_memory)
-    budget.check_budget(estimate(m, settings), limit, HINTS)
+    budget.check_budget(estimate(m, settings), limit, HINTS, dtype=settings.dtype)
     dtype = np.dtype(settings.dtype)
     H = embed(list(tokens.strings), settings.d, settings.seed, settings.positions, dtype)
     Wq, Wk, Wv, Wo = init_projections(settings.d, settings.tau, settings.seed, settings.projection, dtype,

@@ -59,7 +59,8 @@ def run_batch(lines: list[str], settings, max_memory: int | None = None) -> Resu
     lengths = [len(t) for t in toks]
     L = max(lengths)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    budget.check_budget(len(lines) * estimate(L, settings), limit, f"fewer lines, or {HINTS}")  # all are kept
+    budget.check_budget(len(lines) * estimate(L, settings), limit, f"fewer lines, or {HINTS}",
+                        dtype=settings.dtype)  # fmt: skip  # all are kept
     items, padded = [], []
     for line, t, m in zip(lines, toks, lengths, strict=True):
         padding = np.arange(L) >= m  # (L,) True = pad key

@@ -30,12 +30,12 @@ def chosen_layers(model, layers, all_layers: bool) -> list[int]:
     return list(range(n)) if all_layers else [n - 1]
 
 
-def check_memory(model, activations: int, limit: int, hints: str, what: str = "this run") -> None:
+def check_memory(model, activations: int, limit: int, hints: str, what: str = "this run", given=()) -> None:
     """Refuse a run whose weights and activations exceed the budget. A streamed model (models.stream) first lets
     as many layers stay resident as the budget holds beside the activations, then counts what its weights hold at
     most: the resident layers, the two being read and the head."""
     model.fit_weights(limit - activations)
-    budget.check_budget(model.weights_bytes + activations, limit, hints, what=what)
+    budget.check_budget(model.weights_bytes + activations, limit, hints, what=what, dtype=model.dtype, given=given)
 
 
 def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "vectorized",

@@ -44,7 +44,7 @@ def load_model(req: Request):
     return checkpoint.load(req.model, req.settings.dtype, req.download, req.max_memory)
 
 
-def compute(req: Request, model=None) -> Result:
+def compute(req: Request, model=None, on_token=None) -> Result:
     """The Result the request describes (see core.result.Kind)."""
     from qkv_cli.pipeline import band, batch, checkpoint, dense, seq2seq
 
@@ -61,7 +61,7 @@ def compute(req: Request, model=None) -> Result:
             return seq2seq.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
                                req.all_layers, s, req.max_memory)  # fmt: skip
         if req.generate:
-            return generation(req, model)
+            return generation(req, model, on_token)
         run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory,
                              chat=req.chat, rows=req.rows, narrow=req.narrow, heads=req.heads)  # fmt: skip
         if req.predict or req.logit_lens:
@@ -94,8 +94,9 @@ def attribution(req: Request, model=None) -> Result:
     return method.of_model(load_model(req) if model is None else model, read_text(req), req)
 
 
-def generation(req: Request, model) -> Result:
-    """The model writes req.generate tokens after the text (wrapped in its chat template with req.chat)."""
+def generation(req: Request, model, on_token=None) -> Result:
+    """The model writes req.generate tokens after the text (wrapped in its chat template with req.chat); a decoder
+    calls on_token(ids written so far) after each one (pipeline.generate)."""
     from qkv_cli.pipeline import chat
     from qkv_cli.pipeline.generate import generate
 
@@ -106,7 +107,7 @@ def generation(req: Request, model) -> Result:
         return seq2seq.generate(model, text, req.generate, req.max_memory)
     said = chat.prompt(model, text, req.chat)
     out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
-                   req.max_memory, eos=model.config.eos, progress=req.progress)  # fmt: skip
+                   req.max_memory, eos=model.config.eos, progress=req.progress, on_token=on_token)  # fmt: skip
     out.chat = said if req.chat is not None else None
     return out
 
@@ -143,7 +144,8 @@ def compute_each(req: Request) -> list[Result]:
         from qkv_cli.text.tokens import tokenize
 
         total = sum(dense.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
-        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}")
+        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}",
+                            dtype=req.settings.dtype)  # fmt: skip
     return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
 
 

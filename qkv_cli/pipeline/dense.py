@@ -65,7 +65,12 @@ def run(
     limit = budget.default_max_memory() if max_memory is None else max_memory
     if tokens is None and context is None and context_tokens is None:  # refuse a huge text before tokenizing it
         budget.check_text(
-            text, lambda t: len(tokenize(t, settings.tokenizer)), lambda k: estimate(k, settings), limit, HINTS
+            text,
+            lambda t: len(tokenize(t, settings.tokenizer)),
+            lambda k: estimate(k, settings),
+            limit,
+            HINTS,
+            settings.dtype,
         )
     tokens = tokenize(text, settings.tokenizer) if tokens is None else tokens
     if context_tokens is None and context is not None:
@@ -74,7 +79,7 @@ def run(
     n = m if context_tokens is None else len(context_tokens)
     if allowed is not None:
         masks.check_shape(allowed, m, n, "--mask-file")
-    budget.check_budget(estimate(m, settings, n), limit, HINTS)
+    budget.check_budget(estimate(m, settings, n), limit, HINTS, dtype=settings.dtype)
     dtype = np.dtype(settings.dtype)
     H = embed(list(tokens.strings), settings.d, settings.seed, settings.positions, dtype)
     Y = H if context_tokens is None else embed(list(context_tokens.strings), settings.d, settings.seed,

@@ -30,11 +30,13 @@ def choose(z, temperature: float, top_k: int, rng) -> int:  # [V] scores -> the 
 
 
 def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: int = 0, seed: int = 0,
-             kernel: str = "vectorized", max_memory: int | None = None, eos=None, progress=None) -> Result:  # fmt: skip
+             kernel: str = "vectorized", max_memory: int | None = None, eos=None, progress=None,
+             on_token=None) -> Result:  # fmt: skip
     """Generate up to max_new tokens after the prompt's tokens (a Tokens of the model's tokenizer).
 
-    progress(t, max_new, seconds): called after each written token t (0-based) with the time since the prompt
-    was read. A streamed model (models.stream) whose layers do not all fit reads the others again every step."""
+    on_token(ids): called with the ids written so far after each token is chosen. progress(t, max_new, seconds):
+    called after each written token t (0-based) with the time since the prompt was read. A streamed model
+    (models.stream) whose layers do not all fit reads the others again every step."""
     from time import perf_counter
 
     from qkv_cli.models.cache import KVCache, bytes_needed, stale_at, step
@@ -69,6 +71,8 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
         token = choose(z, temperature, top_k, rng)
         best = top_indices(p, TOP)
         ids.append(token)
+        if on_token is not None:
+            on_token(ids)
         probs.append(p[token])
         top_ids.append(best)
         top_probs.append(p[best])

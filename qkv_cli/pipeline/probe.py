@@ -83,6 +83,6 @@ def run(model, n: int, seed: int = 0, kernel: str = "vectorized", max_memory: in
         raise QkvError(f"--induction-probe {n} makes at least {2 * n} tokens, more than {model.name} accepts "
                        f"({model.config.max_positions}): use a smaller N")  # fmt: skip
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    check_memory(model, estimate_bytes(model.config, 2 * n + 2, model.dtype), limit, HINTS)
+    check_memory(model, estimate_bytes(model.config, 2 * n + 2, model.dtype), limit, HINTS, given=("fewer --layer",))
     ids = probe_ids(model, n, seed)
     return model.forward(ids, layers=[], kernel=kernel, tokens=_tokens(model, [int(i) for i in ids]))

@@ -72,7 +72,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
     src = model.tokenize(source)
     dec = decoder_tokens(model, target)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    budget.check_budget(model.weights_bytes + estimate(model, len(src), len(dec)), limit, HINTS)
+    budget.check_budget(model.weights_bytes + estimate(model, len(src), len(dec)), limit, HINTS, dtype=model.dtype)
     L = model.n_layers(attention)
     chosen = chosen_layers(_Sized(model, L), layers, all_layers)
     seq = model.seq2seq(src.ids, dec.ids)
@@ -152,7 +152,8 @@ def generate(model, source: str, max_new: int, max_memory=None) -> Result:
 
     src = model.tokenize(source)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    budget.check_budget(model.weights_bytes + estimate(model, len(src), max_new + 1), limit, HINTS)
+    budget.check_budget(model.weights_bytes + estimate(model, len(src), max_new + 1), limit, HINTS,
+                        dtype=model.dtype, given=("fewer --layer",))  # fmt: skip
     ids, probs, rows = model.generate(src.ids, max_new, eos=model.config.eos)
     tok = model.tokenizer
     labels = tuple(tok.id_to_token(int(i)) or str(int(i)) for i in ids)

@@ -61,7 +61,8 @@ def received(r: Result) -> list[dict]:
 def arrays(r: Result) -> dict:
     """What --save-npz writes."""
     out = {"attribution": r.attribution, "method": np.array(r.method), "layer": np.int64(layer_of(r)),
-           "tokens": np.array(list(r.tokens.strings), dtype=str), "weights": r.weights, "mask": r.mask}  # fmt: skip
+           "tokens": np.array(list(r.tokens.strings), dtype=str), "labels": np.array(r.labels, dtype=str),
+           "weights": r.weights, "mask": r.mask}  # fmt: skip
     if r.ids is not None:
         out["ids"] = np.asarray(r.ids, dtype=np.int64)
     for name in ("attribution_heads", "value_norms"):

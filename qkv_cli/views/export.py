@@ -40,7 +40,7 @@ def checkpoint_extras(run: Result) -> dict:
 
 def layer_arrays(result: Result) -> dict:
     """One attention layer (DENSE or LAYER): the export schema, plus what the run adds (context, biases, RoPE)."""
-    out = {"tokens": np.array(list(result.tokens.strings), dtype=str)}
+    out = {"tokens": np.array(list(result.tokens.strings), dtype=str), "labels": np.array(result.labels, dtype=str)}
     for name in SCHEMA[1:]:
         out[name] = getattr(result, name)
     out.update(d=np.int64(result.d), tau=np.int64(result.tau), scale=np.float64(result.scale))
@@ -49,6 +49,7 @@ def layer_arrays(result: Result) -> dict:
     out["kernel"] = np.array(result.kernel)
     if result.is_cross:
         out["context_tokens"] = np.array(list(result.context.strings), dtype=str)
+        out["context_labels"] = np.array(result.key_labels, dtype=str)
         out["H_context"] = result.H_context
     for name in FAMILY_ARRAYS:
         if getattr(result, name) is not None:
@@ -75,7 +76,7 @@ def band_arrays(result: Result) -> dict:
     """A long document's band: the core schema without the m x m matrices, plus weights_band and band_keys."""
     s = result.settings
     return {
-        "tokens": np.array(list(result.tokens.strings), dtype=str),
+        "tokens": np.array(list(result.tokens.strings), dtype=str), "labels": np.array(result.labels, dtype=str),
         "H": result.H, "Wq": result.Wq, "Wk": result.Wk, "Wv": result.Wv, "Q": result.Q, "K": result.K,
         "V": result.V, "weights_band": result.band, "band_keys": result.band_keys, "heads": result.heads,
         "Wo": result.Wo, "output": result.output, "d": np.int64(s.d), "tau": np.int64(s.tau),

@@ -22,12 +22,34 @@ def emit_roles(results: list, fmt: str, detect: dict | None = None) -> None:
     detect = dict(detect or {})
     options = detector_settings(detect)
     stats, header = role_stats(results, options, detect.get("layers") or ())
+    pick = {k: detect.get(k) for k in ("sort", "ascending", "top")}
     if results[0].kind == Kind.MODEL:
         note = ""
         if detect.get("probe"):
             note = f"induction probe: {detect['probe']} random tokens (seed {detect.get('seed', 0)}), repeated twice"
-        return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note)
-    emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options)
+        return emit_heads(stats, fmt, header, len(results), checkpoint=True, options=options, note=note,
+                          pick=pick, probed=bool(detect.get("probe")))  # fmt: skip
+    emit_heads(stats, fmt, header, len(results), detectors=bool(detect.get("show")), options=options, pick=pick)
+
+
+def picked(flat: list[dict], sort: str | None = None, ascending: bool = False, top: int | None = None) -> list[dict]:
+    """--sort COLUMN (largest first; ascending: smallest first; ties in model order), then --top N."""
+    if sort:
+        flat = sorted(flat, key=lambda s: s[sort], reverse=not ascending)
+    return flat[:top] if top else flat
+
+
+def picked_title(pick: dict, total: int) -> str:
+    if not pick.get("top"):
+        return (
+            f"sorted by {pick['sort']}" + (", smallest first" if pick.get("ascending") else "")
+            if pick.get("sort")
+            else ""
+        )
+    if not pick.get("sort"):
+        return f"the first {min(pick['top'], total)} of {total} heads"
+    most = "smallest" if pick.get("ascending") else "largest"
+    return f"the {min(pick['top'], total)} heads with the {most} {pick['sort']} of {total}"
 
 
 def detector_settings(detect: dict) -> dict:
@@ -91,12 +113,16 @@ NEW_ROLES = ("induction", "duplicate-token", "next-token", "sink")
 
 
 def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bool = False, detectors: bool = False,
-               options: dict | None = None, note: str = "") -> None:  # fmt: skip
+               options: dict | None = None, note: str = "", pick: dict | None = None,
+               probed: bool = False) -> None:  # fmt: skip
     """stats_grid: roles.layer_head_stats output (L x tau). L == 1 prints one row per head; L > 1 adds a
     layer x head grid of role labels. A checkpoint (or detectors=True, or a head with one of NEW_ROLES) adds the
     next, sink and detector columns; a checkpoint also a line per layer counting its roles."""
     options = options or {"measure": "mul", "exclude_first": False, "exclude_current": False}
-    flat = [s for row in stats_grid for s in row]
+    pick = pick or {}
+    every = [s for row in stats_grid for s in row]
+    flat = picked(every, pick.get("sort"), bool(pick.get("ascending")), pick.get("top"))
+    chosen = picked_title(pick, len(every))
     if fmt == "json":
         doc = {
             "settings": header,
@@ -105,6 +131,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
             "local_radius": LOCAL_RADIUS,
             "detectors": options,
             **({"note": note} if note else {}),
+            **({"chosen": chosen} if chosen else {}),
             "layers": len(stats_grid),
             "heads": flat,
         }
@@ -131,10 +158,10 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     rows = sum(s["rows"] for s in stats_grid[0][:1])
     out.print(f"{sentences} sentence{'s' if sentences != 1 else ''}, {rows} query rows per head")
     layers = len(stats_grid)
-    extended = checkpoint or detectors or any(s["role"] in NEW_ROLES for s in flat)
-    legend = "prev = previous-token, self, first = first-token sink, local, broad, mixed"
+    extended = checkpoint or detectors or any(s["role"] in NEW_ROLES for s in every)
+    legend = "prev = previous-token, self, first = first-token, local, broad, mixed"
     legend += ", next = next-token, sink, ind = induction, dup = duplicate-token" if extended else ""
-    if layers > 1:
+    if layers > 1 and not pick.get("top"):  # the overview of every head; --top shows only some
         grid = Table(title="Roles: layer x head", box=box.SIMPLE_HEAD, title_justify="left", padding=(0, 1))
         grid.add_column("layer", justify="right")
         for j in range(len(stats_grid[0])):
@@ -143,14 +170,21 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
             grid.add_row(str(row[0]["layer"]), *(ROLE_SHORT[s["role"]] for s in row))
         out.print(narrow(grid, out))
         out.print(legend, style="dim")
-    if checkpoint:
+    if checkpoint and not pick.get("top"):
         for row in stats_grid:
             out.print(f"layer {row[0]['layer']}: {role_counts(row)}")
         out.print()
     by_layer = layers > 1 or checkpoint
+    if chosen:
+        out.print(f"Heads: {chosen}", style="bold")
     out.print(fitted(flat, COLUMNS, by_layer, out))
     if extended:
         out.print(fitted(flat, DETECTOR_COLUMNS, by_layer, out, "Next token, sink and detectors"))
+        if checkpoint and not probed and all(s["induction"] == 0 and s["duplicate_token"] == 0 for s in every):
+            out.print("dup and ind are 0: no token of the text repeats, so no head can copy from an earlier copy; "
+                      "--induction-probe N fills them (N random tokens, repeated twice)")  # fmt: skip
+    if layers > 1 and pick.get("top"):  # the grid's legend, for the short names of a narrow table
+        out.print(legend, style="dim")
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
     if extended:
         out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")
@@ -186,7 +220,7 @@ def head_table(flat, columns, by_layer: bool, title=None, short: bool = False):
 
 
 def role_counts(row) -> str:
-    """'5 first-token sink, 4 mixed, 3 previous-token': how many heads of one layer have each role."""
+    """'5 first-token, 4 mixed, 3 previous-token': how many heads of one layer have each role."""
     counts = Counter(s["role"] for s in row)
     return ", ".join(f"{counts[r]} {r}" for r in ROLES if counts[r])
 
@@ -209,7 +243,7 @@ def narrow(table, out):
 ROLE_SHORT = {
     "previous-token": "prev",
     "self": "self",
-    "first-token sink": "first",
+    "first-token": "first",
     "local": "local",
     "broad": "broad",
     "mixed": "mixed",
@@ -219,7 +253,7 @@ ROLE_SHORT = {
     "duplicate-token": "dup",
 }
 THRESHOLDS_TEXT = (
-    "role: previous-token if prev >= {previous}, self if self >= {self}, first-token sink if first >= {first} "
+    "role: previous-token if prev >= {previous}, self if self >= {self}, first-token if first >= {first} "
     "(largest wins); else local if local (within {r} positions) >= {local}; else broad if norm H >= {broad}; "
     "else mixed. grad = sum alpha (1 - alpha): softmax gradient size, near 0 = saturated."
 )

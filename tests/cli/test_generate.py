@@ -85,15 +85,16 @@ def test_heatmap_of_a_generation(gpt, tmp_path):
 
 
 def test_generate_layer_through_the_cli(gpt):
-    """--layer picks the layer whose weights rank what each written token read; -1 is the last; out of range,
-    or two layers, is one line."""
+    """--layer picks the layers whose weights rank what each written token read; -1 is the last; out of range is
+    one line; two layers give two rankings."""
     args = ["generate", "the cat sat", "--model", gpt, "--max-new-tokens", "2", "--format", "json"]
     for given, shown in (("0", 0), ("1", 1), ("-1", 1), ("-2", 0)):
         r = invoke([*args, "--layer", given])
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["attention_of"].startswith(f"layer {shown}, ")
     assert_one_line_error(invoke([*args, "--layer", "5"]), "layer 5 does not exist", "2 layers")
-    assert_one_line_error(invoke([*args, "--layer", "0,1"]), "one --layer")
+    doc = json.loads(invoke([*args, "--layer", "0,1"]).stdout)
+    assert doc["layers"] == [0, 1] and all(set(s["attended_by_layer"]) == {"0", "1"} for s in doc["steps"])
 
 
 def test_own_options_have_the_shared_options_types():
@@ -111,3 +112,53 @@ def test_own_options_have_the_shared_options_types():
         for p in inspect.signature(own).parameters.values() if own else ():
             if p.name in shared and typing.get_origin(p.annotation) is typing.Annotated:
                 assert typing.get_args(p.annotation)[0] == shared[p.name], (command.callback.__name__, p.name)
+
+
+def test_exclude_first_ranks_the_tokens_after_the_first(gpt):
+    """--exclude-first leaves position 0 out of the ranking; the weights shown are the same, not renormalized."""
+    args = ["generate", "the cat sat", "--model", gpt, "--max-new-tokens", "3", "--format", "json", "--dtype",
+            "float64"]  # fmt: skip
+    plain = json.loads(invoke(args).stdout)
+    after = json.loads(invoke([*args, "--exclude-first"]).stdout)
+    assert after["exclude_first"] is True and plain["exclude_first"] is False
+    assert "after the first token" in after["attention_of"]
+    for p, a in zip(plain["steps"], after["steps"], strict=True):
+        assert all(x["position"] > 0 for x in a["attended"]) and len(a["attended"]) == min(3, p["position"] - 1)
+        rest = sorted((x for x in p["attended"] if x["position"] > 0), key=lambda x: -x["weight"])
+        assert [x["weight"] for x in a["attended"][: len(rest)]] == pytest.approx([x["weight"] for x in rest])
+
+
+def test_tokens_appear_as_they_are_written_on_a_terminal(gpt):
+    """On a terminal (a pseudo-terminal here) the text is written token by token before the table, and not again;
+    through a pipe, the text comes once with the table."""
+    import os
+    import pty
+    import select
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    qkv = shutil.which("qkv") or str(Path(sys.executable).with_name("qkv"))
+    args = [qkv, "generate", "the cat sat", "--model", gpt, "--max-new-tokens", "4"]
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0, piped.stderr
+    text = piped.stdout.splitlines()[1]  # the line after "... wrote 4 tokens after a prompt of 3:"
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, stdout=follower, stderr=subprocess.PIPE, env={**os.environ, "COLUMNS": "200"})
+    os.close(follower)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([leader], [], [], 120)
+        try:
+            chunk = os.read(leader, 65536) if ready else b""
+        except OSError:  # the writer closed the terminal
+            chunk = b""
+        if not chunk:
+            break
+        seen += chunk
+    os.close(leader)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    shown = seen.decode("utf-8", "replace").replace("\r\n", "\n")
+    assert shown.count(text.strip()) == 1, shown
+    assert shown.index(text.strip()) < shown.index("wrote 4 tokens"), shown  # the text first, then the table

@@ -240,6 +240,42 @@ def test_the_shown_bash_script_completes_in_bash():
     assert done.stdout.split() == ["--kernel"], done.stderr
 
 
+@pytest.fixture
+def no_shell_ancestor(monkeypatch):
+    """As under a process manager or an IDE's test runner: no shell among the parent processes."""
+    import shellingham
+
+    def fails(*_args, **_kwargs):
+        raise shellingham.ShellDetectionFailure()
+
+    monkeypatch.setattr(shellingham, "detect_shell", fails)
+
+
+@pytest.mark.parametrize("shell,marker", [("/usr/bin/zsh", "compdef _qkv_completion qkv"),
+                                          ("/bin/bash", "complete -o default -F _qkv_completion qkv"),
+                                          ("/usr/local/bin/fish", "complete --command qkv")])  # fmt: skip
+def test_completion_reads_the_shell_from_SHELL_when_no_parent_is_one(no_shell_ancestor, monkeypatch, shell, marker):
+    monkeypatch.setenv("SHELL", shell)
+    assert marker in ok(["--show-completion"]).stdout
+
+
+def test_a_shell_named_on_the_command_line_wins(no_shell_ancestor, monkeypatch, tmp_path):
+    """`--show-completion bash` and `--install-completion bash` give bash's, whatever $SHELL and the parents say."""
+    monkeypatch.setenv("SHELL", "/usr/bin/zsh")
+    assert "complete -o default -F _qkv_completion qkv" in ok(["--show-completion", "bash"]).stdout
+    r = invoke(["--install-completion", "bash"], env={"HOME": str(tmp_path), "SHELL": "/usr/bin/zsh"})
+    assert r.exit_code == 0 and "bash completion installed" in r.stdout, r.output
+
+
+@pytest.mark.parametrize("shell", [None, "/bin/tcsh"])
+def test_no_shell_to_be_found_is_one_line(no_shell_ancestor, monkeypatch, shell):
+    if shell is None:
+        monkeypatch.delenv("SHELL", raising=False)
+    else:
+        monkeypatch.setenv("SHELL", shell)
+    assert_one_line_error(invoke(["--show-completion"]), "which shell", "--show-completion bash")
+
+
 def test_install_completion_writes_the_script(tmp_path):
     r = invoke(["--install-completion", "bash"], env={"HOME": str(tmp_path)})
     assert r.exit_code == 0, r.output

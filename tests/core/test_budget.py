@@ -50,7 +50,8 @@ def test_200k_word_file_is_refused_from_a_prefix(command, extra, long_file, tmp_
     real = tokens.tokenize
     monkeypatch.setattr(tokens, "tokenize", lambda text, *a, **k: seen.append(len(text)) or real(text, *a, **k))
     result = invoke([command, "--file", long_file, *extra])
-    line = refused(result, "more than --max-memory", "; try ", "--dtype float32", "shorter text")
+    line = refused(result, "more than --max-memory", "; try ", "shorter text")
+    assert ("--dtype float32" in line) == ("float32" not in extra), line  # never offered when given
     assert " GB" in line or " TB" in line
     assert seen and max(seen) < long_file.stat().st_size  # a prefix, never the whole text
     assert list(tmp_path.iterdir()) == []
@@ -192,3 +193,36 @@ def test_estimate_is_within_a_sane_factor_of_the_real_peak(m, settings):
     del result
     ratio = peak / estimate(m, settings)
     assert 0.5 <= ratio <= 1.5, f"peak {peak / 1e6:.1f} MB is {ratio:.2f} x the estimate"
+
+
+@pytest.mark.parametrize(
+    "hints,dtype,given,expected",
+    [("--dtype float32, or a smaller model", "float32", (), "a smaller model"),
+     ("--dtype float32, or a smaller model", "float64", (), "--dtype float32, or a smaller model"),
+     ("fewer --layer, --dtype float32, or a shorter text", "float32", ("fewer --layer",), "a shorter text"),
+     ("fewer --layer, --dtype float32, or a shorter text", "float32", (), "fewer --layer or a shorter text"),
+     ("--dtype float32", "float32", (), "")],
+)  # fmt: skip
+def test_a_hint_never_offers_what_is_given(hints, dtype, given, expected):
+    """--dtype float32 is no way out of a float32 run; nor is "fewer --layer" with one layer."""
+    with pytest.raises(TooLargeError) as err:
+        budget.check_budget(2000, 1000, hints, dtype=dtype, given=given)
+    line = str(err.value)
+    assert line.endswith(f"; try {expected}" if expected else "more than --max-memory 1.0 KB"), line
+
+
+@pytest.mark.parametrize("command", [["run", "the cat sat"], ["generate", "the cat sat", "--max-new-tokens", "2"]])
+def test_model_refusals_in_float32_offer_no_float32(tmp_path, command):
+    """The weights' refusal reads as English, and neither it nor the run's offers --dtype float32 when given."""
+    from tiny import make_checkpoint
+
+    gpt = make_checkpoint(tmp_path / "gpt", "gpt2")
+    for limit in ("1KB", "20KB"):  # below the weights (17.7 KB); above them, below the run (the weights count)
+        r = invoke([*command, "--model", str(gpt), "--dtype", "float32", "--layer", "0", "--max-memory", limit])
+        assert r.exit_code == 2, r.output
+        (line,) = r.stderr.splitlines()
+        assert "needs about" in line and "more than --max-memory" in line, line
+        assert "--dtype float32" not in line and "fewer --layer" not in line, line
+        assert not line.startswith("qkv: error: gpt's weights"), line  # "weights needs": the loading needs
+    r = invoke([*command, "--model", str(gpt), "--dtype", "float64", "--max-memory", "1KB"])
+    assert "loading gpt's weights needs about" in r.stderr and "try --dtype float32, or a smaller model" in r.stderr

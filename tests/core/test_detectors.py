@@ -145,9 +145,9 @@ def test_next_token_and_sink_heads_get_their_roles():
     s = head_stats([sink[None]], labels_list=[labels])[0]
     assert s["sink"] == 1 and s["sink_token"] == "[SEP]" and s["role"] == "sink" and s["first"] == 0
     first = np.zeros((m, m))
-    first[:, 0] = 1  # a first-token sink stays one: the sink looks at keys 1..m-1 only
+    first[:, 0] = 1  # a first-token stays one: the sink looks at keys 1..m-1 only
     s = head_stats([first[None]], labels_list=[labels])[0]
-    assert s["role"] == "first-token sink" and s["sink"] == 0
+    assert s["role"] == "first-token" and s["sink"] == 0
 
 
 def test_sink_share_leaves_out_the_sink_token_itself():

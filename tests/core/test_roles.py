@@ -43,7 +43,7 @@ def pattern(kind: str, m: int = 6):  # -> [m, m] weights of one idealised head
     [
         ("self", "self"),
         ("previous", "previous-token"),
-        ("first", "first-token sink"),
+        ("first", "first-token"),
         ("local", "local"),
         ("broad", "broad"),
         ("far", "mixed"),
@@ -67,7 +67,7 @@ def test_thresholds_are_the_documented_ones_and_ties_go_to_the_largest_share():
     base = dict.fromkeys(("self", "previous", "first", "local", "norm_entropy"), 0.0)
     assert role(base | {"self": THRESHOLDS["self"]}) == "self"
     assert role(base | {"self": 0.49}) == "mixed"
-    assert role(base | {"self": 0.5, "first": 0.6}) == "first-token sink"
+    assert role(base | {"self": 0.5, "first": 0.6}) == "first-token"
     assert role(base | {"local": 0.8}) == "local" and role(base | {"local": 0.79, "norm_entropy": 0.8}) == "broad"
 
 

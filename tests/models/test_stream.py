@@ -137,3 +137,15 @@ def test_rows_out_of_range_or_empty_name_the_valid_range(smollm2_pair, rows):
     ids = resident.tokenize("The cat sat on the mat.").ids
     with pytest.raises(QkvError, match=r"selects no query of the 7 tokens: give A:B within 0\.\.7|not a slice|no step"):
         resident.forward(ids, rows=rows)
+
+
+def test_a_single_pass_keeps_no_layer_and_a_second_keeps_them(smollm2_pair):
+    """Residency pays only when a layer is read again: one pass holds two layers at most, whatever the budget."""
+    model = smollm2_pair[0]  # every layer fits: resident = L
+    blocks = model.params.blocks
+    blocks.drop()
+    ids = np.arange(5)
+    model.forward(ids)
+    assert len(blocks._kept) == 0
+    model.forward(ids)
+    assert len(blocks._kept) == min(blocks.resident, len(blocks))

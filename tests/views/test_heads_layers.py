@@ -48,3 +48,40 @@ def test_table_names_the_real_layer(folder):
 def test_a_layer_that_does_not_exist(folder):
     result = invoke(["heads", "the cat", "--model", str(folder), "--layer", str(TINY["L"])])
     assert_one_line_error(result, "--layer", "does not exist")
+
+
+@pytest.mark.parametrize("column", ["entropy", "first", "induction", "mean_distance"])
+def test_sort_and_top(folder, column):
+    """--sort COLUMN orders the heads largest first (--ascending: smallest first); --top N keeps the first N."""
+    every = heads_json("--model", folder)["heads"]
+    ranked = sorted(every, key=lambda h: -h[column])
+    doc = heads_json("--model", folder, "--sort", column, "--top", 3)
+    assert [h[column] for h in doc["heads"]] == [h[column] for h in ranked[:3]]
+    rising = heads_json("--model", folder, "--sort", column, "--ascending")["heads"]
+    assert [h[column] for h in rising] == sorted(h[column] for h in every) and len(rising) == len(every)
+    assert len(heads_json("--model", folder, "--top", 2)["heads"]) == 2  # the model's order, cut
+    table = invoke(["heads", "the cat sat on the mat", "--model", str(folder), "--sort", column, "--top", 2])
+    assert table.exit_code == 0, table.output
+    assert "Roles: layer x head" not in table.stdout and "the 2 heads with the largest" in table.stdout
+    csv = invoke(["heads", "the cat sat", "--model", str(folder), "--top", 1, "--format", "csv"]).stdout
+    assert len(csv.splitlines()) == 2
+
+
+def test_sort_refusals(folder):
+    assert_one_line_error(invoke(["heads", "the cat", "--model", str(folder), "--top", "0"]), "--top")
+    assert_one_line_error(invoke(["heads", "the cat", "--model", str(folder), "--sort", "bogus"]), "--sort")
+    assert_one_line_error(invoke(["heads", "the cat", "--model", str(folder), "--ascending"]), "--sort")
+
+
+def test_one_name_per_role_and_the_induction_columns_explained(folder):
+    """The first-token role has one name, without "sink" (its short form a prefix of it); with no repeated token
+    the induction and duplicate columns are empty of signal, and the table says --induction-probe fills them."""
+    doc = heads_json("--model", folder, "--sort", "first")
+    assert doc["heads"][0]["first"] >= 0.5 and doc["heads"][0]["role"] == "first-token"
+    table = invoke(["heads", "a cat sat on my mat", "--model", str(folder)]).stdout  # no token repeats
+    flat = " ".join(table.split())
+    assert "first-token " + "sink" not in flat and "first = first-token" in flat
+    assert "--induction-probe N fills them" in flat
+    for more in (["--induction-probe", "4"], ["the cat sat on the mat"]):  # probed, or a text with a repeat
+        shown = " ".join(invoke(["heads", "--model", str(folder), *more]).stdout.split())
+        assert "--induction-probe N fills them" not in shown
