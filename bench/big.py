@@ -5,7 +5,8 @@ The script writes its own stand-in GGUF files (random quantized blocks with smal
 into --out (default /tmp/qkv-bench), then, in one run:
 
 - `qkv run TEXT --model FILE --dtype float32 --show mask --save-npz OUT.npz` (stdout discarded; the archive holds
-  every layer's attention; `--show mask` keeps the table on stdout to the mask) as a subprocess under `/usr/bin/time -v`: wall time and peak resident memory;
+  every layer's attention; `--show mask` keeps the table on stdout to the mask), a subprocess under
+  `/usr/bin/time -v`: wall time, CPU time and peak resident memory;
 - the floor: the same layers' float32 products in NumPy (128 x d times the q, k, v, o projections and the FFN's
   gate, up and down), one layer's weights made once and already in memory, timed before and after the qkv run;
 - the file size, peak RSS, RSS - file size, wall, floor and wall / floor, with the issue's targets
@@ -288,6 +289,12 @@ def main() -> None:
             npz.unlink()
         floor1 = floor_seconds(shape, layers, N_TOKENS)
         rows.append((qtype, size, rss, wall, cpu, floor0, floor1, rc, memory, m))
+        print(
+            f"result {qtype}: file {gb(size)}, peak RSS {gb(rss)}, wall {wall:.1f} s, CPU {cpu} s, "
+            f"floor wall {floor0[0]:.1f} / {floor1[0]:.1f} s, floor CPU {floor0[1]:.1f} / {floor1[1]:.1f} s, "
+            f"exit {rc}, loadavg {loadavg()}",
+            flush=True,
+        )
         if not args.keep:
             path.unlink()
         print("command:", " ".join(c if " " not in c else "'TEXT'" for c in cmd))
