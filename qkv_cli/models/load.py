@@ -110,7 +110,7 @@ def _check_streamed(model, total: int, max_memory: int) -> None:
     need = model.weights_bytes
     if need > max_memory:
         raise TooLargeError(
-            f"{model.name} does not fit even read one layer at a time: its weights take {human(total)} in "
+            f"{model.name} does not fit even when read one layer at a time: its weights take {human(total)} in "
             f"{model.dtype.name}, and two layers with the head's rows {human(need)}, more than --max-memory "
             f"{human(max_memory)}"
         )

@@ -87,7 +87,7 @@ def test_partly_resident_keeps_the_first_layers(smollm2_pair):
 
 
 def test_too_large_even_streamed_is_one_line_with_figures():
-    with pytest.raises(QkvError, match=r"does not fit even read one layer at a time: its weights take .* MB"):
+    with pytest.raises(QkvError, match=r"does not fit even when read one layer at a time: its weights take .* MB"):
         load_model(smollm2_gguf(), dtype="float64", max_memory=2_000_000)
 
 
