@@ -60,7 +60,7 @@ from qkv_cli.errors import QkvError
 
 RowsOpt = Annotated[
     str | None,
-    typer.Option("--rows", metavar="A:B", help="With --model: keep only these query positions' weights, a Python "
+    typer.Option("--rows", metavar="TEXT", help="With --model: keep only these query positions' weights, a Python "
                  "slice (0:16; -128: for the last 128): long documents fit where every row would not."),
 ]  # fmt: skip
 ROWS = [("rows", RowsOpt, None)]

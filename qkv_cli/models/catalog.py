@@ -7,11 +7,10 @@ unreadable file) is listed with its error; it never stops the listing.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.find import _cache_snapshot, hub_cache, is_gguf, shipped_models
+from qkv_cli.models.find import _cache_snapshot, hub_cache, installed_packages, is_gguf, shipped_models
 from qkv_cli.models.weights import INDEX, WEIGHTS
 
 FIELDS = ("name", "path", "source", "package", "family", "layers", "heads", "kv_heads", "d", "vocab_size",
@@ -83,23 +82,15 @@ def cache_models() -> list[dict]:
 def package_models() -> list[dict]:
     """Checkpoints shipped inside installed packages (folders or .gguf files); only directory listings."""
     rows, seen = [], set()
-    for entry in sys.path:
-        base = Path(entry or ".")
-        if not ("site-packages" in base.parts or "dist-packages" in base.parts) or not base.is_dir():
-            continue
-        try:
-            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
-        except OSError:
-            continue
-        for pkg in packages:
-            found = shipped_models(pkg)
-            for path in found:
-                if path.resolve() in seen:
-                    continue
-                seen.add(path.resolve())
-                name = pkg.name if path == pkg or len(found) == 1 else f"{pkg.name}/{path.name}"
-                if (row := describe(path, name, "package", package=pkg.name)) is not None:
-                    rows.append(row)
+    for pkg in installed_packages():
+        found = shipped_models(pkg)
+        for path in found:
+            if path.resolve() in seen:
+                continue
+            seen.add(path.resolve())
+            name = pkg.name if path == pkg or len(found) == 1 else f"{pkg.name}/{path.name}"
+            if (row := describe(path, name, "package", package=pkg.name)) is not None:
+                rows.append(row)
     return rows
 
 

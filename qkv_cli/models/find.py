@@ -221,18 +221,10 @@ def model_names() -> list[str]:
         names += [r.name[len("models--") :].replace("--", "/") for r in root.glob("models--*")] if root.is_dir() else []
     except OSError:
         pass
-    for entry in sys.path:
-        base = Path(entry or ".")
-        if not ("site-packages" in base.parts or "dist-packages" in base.parts) or not base.is_dir():
-            continue
-        try:
-            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
-        except OSError:
-            continue
-        for pkg in packages:
-            found = shipped_models(pkg)
-            names += [pkg.name] if found else []
-            names += [f"{pkg.name}/{p.name}" for p in found if len(found) > 1 and p != pkg]
+    for pkg in installed_packages():
+        found = shipped_models(pkg)
+        names += [pkg.name] if found else []
+        names += [f"{pkg.name}/{p.name}" for p in found if len(found) > 1 and p != pkg]
     return list(dict.fromkeys(names))
 
 
@@ -249,3 +241,16 @@ def did_you_mean(spec: str, names: list[str] | None = None) -> str:
     close = difflib.get_close_matches(spec.lower(), list(by_key), n=3, cutoff=0.6)
     close = list(dict.fromkeys(by_key[k] for k in close))
     return f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+
+
+def installed_packages():
+    """The folders of installed packages (site-packages and dist-packages on sys.path), by directory listing."""
+    for entry in sys.path:
+        base = Path(entry or ".")
+        if not ("site-packages" in base.parts or "dist-packages" in base.parts) or not base.is_dir():
+            continue
+        try:
+            packages = [p for p in base.iterdir() if p.is_dir() and p.name.isidentifier()]
+        except OSError:
+            continue
+        yield from packages

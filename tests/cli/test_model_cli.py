@@ -32,9 +32,9 @@ def test_run_model_json_has_every_layer(minilm):
     doc = json.loads(r.stdout)
     att = np.array(doc["attentions"])
     m = len(doc["tokens"])
-    assert att.shape == (6, 12, m, m) and doc["tokens"][0] == "[CLS]"
+    assert att.shape == (6, 1, m, m) and doc["attention_heads"] == [2] and doc["tokens"][0] == "[CLS]"  # --head 2
     assert sorted(doc["layers"], key=int) == [str(i) for i in range(6)]
-    np.testing.assert_allclose(np.array(doc["layers"]["3"]["weights"])[0], att[3, 2], atol=1e-12)
+    np.testing.assert_allclose(np.array(doc["layers"]["3"]["weights"])[0], att[3, 0], atol=1e-12)
     np.testing.assert_allclose(att.sum(-1), 1, atol=1e-12)
     assert doc["settings"]["family"] == "bert" and doc["settings"]["d"] == 384
 
