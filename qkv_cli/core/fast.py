@@ -29,12 +29,13 @@ PARALLEL_BYTES = 4 * 1024 * 1024  # from this size on the work is split over thr
 # handing work to a second thread costs more than it saves on this 2-core VM, see bench/README.md)
 
 
-def attend_(weights, fill, ones, Q, Qs, s):  # in place: weights <- Softmax(scores)
-    """fill(Q', post) writes Q' K^T (* post, clipped) + Mask into weights; fast try first, exact fallback."""
+def attend_(weights, fill, ones, Q, Qs, s, sink=None):  # in place: weights <- Softmax(scores)
+    """fill(Q', post) writes Q' K^T (* post, clipped) + Mask into weights; fast try first, exact fallback.
+    sink: the rows' sink logits (numerics: one more softmax column, dropped), or None."""
     fill(Qs, None)  # scale folded into Q
-    if not exp_normalize_(weights, ones):
+    if not exp_normalize_(weights, ones, sink):
         fill(Q, s)  # the scale applied after Q K^T, clipped: no overflow can turn into NaN
-        softmax_(weights)
+        softmax_(weights, sink)
 
 
 class Block(NamedTuple):
@@ -106,17 +107,18 @@ def _chunks(G, r, parts):  # -> slices of the (G, r) head grid, ``parts`` of the
     return [(cut, slice(None)) if axis == 0 else (slice(None), cut) for cut in cuts]
 
 
-def vectorized_kernel(Q, K, V, mask, scale, softcap=None, into=None, rows=None):  # [tau,m,dk], [G,n,dk], [G,n,dv] ..
+def vectorized_kernel(Q, K, V, mask, scale, softcap=None, into=None, rows=None, sinks=None):  # [tau,m,dk], [G,n,dk] ..
     """All heads at once: batched matmuls over the head axis, softmax in place inside the weights array (into,
     when given: zero-filled, so the blocks the mask skips are left as they are). rows (r0, r1): only those
-    queries' weights are kept (tau, r1 - r0, n); the others are computed a block at a time in scratch arrays."""
+    queries' weights are kept (tau, r1 - r0, n); the others are computed a block at a time in scratch arrays.
+    sinks (tau,): head j's sink logit joins each of its rows' softmax as a column that is then dropped."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is caught by exp_normalize_'s check
         if rows is None:
-            return _vectorized(Q, K, V, mask, float(scale), softcap, into)
-        return _vectorized_rows(Q, K, V, mask, float(scale), softcap, into, rows)
+            return _vectorized(Q, K, V, mask, float(scale), softcap, into, sinks)
+        return _vectorized_rows(Q, K, V, mask, float(scale), softcap, into, rows, sinks)
 
 
-def _vectorized_rows(Q, K, V, mask, s, cap, into, rows):
+def _vectorized_rows(Q, K, V, mask, s, cap, into, rows, sinks=None):
     """The weights of queries r0..r1-1 only: small inputs in one pass (then cut), larger ones block by block,
     each block's softmax in its own scratch array, the kept rows copied out (the same numbers as _vectorized)."""
     r0, r1 = rows
@@ -124,7 +126,7 @@ def _vectorized_rows(Q, K, V, mask, s, cap, into, rows):
     G, n, dv = V.shape
     kept = into if into is not None else np.zeros((tau, r1 - r0, n), dtype=Q.dtype)
     if tau * m * n * Q.dtype.itemsize <= BLOCKED_BYTES:
-        out, weights = _vectorized(Q, K, V, mask, s, cap, None)
+        out, weights = _vectorized(Q, K, V, mask, s, cap, None, sinks)
         kept[:] = weights[:, r0:r1]
         return out, kept
     r = tau // G
@@ -149,7 +151,7 @@ def _vectorized_rows(Q, K, V, mask, s, cap, into, rows):
             for a0, a1 in b.adds:
                 W[:, a0 - b.c0 : a1 - b.c0] += mask[b.i0 : b.i1, a0:a1]
 
-        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s)
+        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s, None if sinks is None else sinks[j])
         np.matmul(W, V[g, b.c0 : b.c1], out=out[j, b.i0 : b.i1])
         a, e = max(b.i0, r0), min(b.i1, r1)
         if a < e:
@@ -160,7 +162,7 @@ def _vectorized_rows(Q, K, V, mask, s, cap, into, rows):
     return out, kept
 
 
-def _vectorized(Q, K, V, mask, s, cap, into):
+def _vectorized(Q, K, V, mask, s, cap, into, sinks=None):
     tau, m, dk = Q.shape
     G, n, dv = V.shape
     r = tau // G
@@ -192,7 +194,11 @@ def _vectorized(Q, K, V, mask, s, cap, into):
                 if mask is not None:
                     np.add(W, mask, out=W)  # (.., m, n) + (m, n)
 
-            attend_(W3, fill, ones, Q, Qs, s)
+            sink = None  # the sink logit of each of W3's rows (head-major, as W3's rows are)
+            if sinks is not None:
+                per_head = sinks.reshape(G, r)[cut]  # (g, h)
+                sink = np.repeat(per_head, m, axis=-1)  # (g, h m)
+            attend_(W3, fill, ones, Q, Qs, s, sink)
             np.matmul(W3, V[g], out=out4[cut].reshape(W3.shape[0], -1, dv))  # (g, h m, n) x (g, n, dv)
 
         threads.run_tasks(_chunks(G, r, threads.THREADS if parallel else 1), work, parallel)
@@ -215,7 +221,7 @@ def _vectorized(Q, K, V, mask, s, cap, into):
             for a0, a1 in b.adds:
                 W[:, a0 - b.c0 : a1 - b.c0] += mask[b.i0 : b.i1, a0:a1]
 
-        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s)
+        attend_(W, fill, ones[: b.c1 - b.c0], Q, Qs, s, None if sinks is None else sinks[j])
         np.matmul(W, V[g, b.c0 : b.c1], out=out[j, b.i0 : b.i1])  # (rows, cols) x (cols, dv)
 
     tasks = sorted(((j, b) for j in range(tau) for b in plan), key=lambda t: (t[1].i1 - t[1].i0) * (t[1].c1 - t[1].c0))

@@ -1,9 +1,11 @@
 """The kernel registry and ``attention``, the public entry point.
 
-Every kernel has one signature, ``kernel(Q, K, V, mask, scale, softcap=None, into=None) -> (out, weights)``:
+Every kernel has one signature, ``kernel(Q, K, V, mask, scale, softcap=None, into=None, sinks=None) -> (out,
+weights)``:
 Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v), mask (m, n) additive or None, scale a Python float, into None
 or a zero-filled (tau, m, n) array to hold the weights; returns out (tau, m, d_v) and weights (tau, m, n) (into
-itself when given) in Q's dtype. G = tau is ordinary multi-head attention; G < tau
+itself when given) in Q's dtype; sinks None or (tau,) sink logits in Q's dtype (gpt-oss: head j's rows are
+Softmax([scores, s_j]) with the sink column dropped). G = tau is ordinary multi-head attention; G < tau
 (tau divisible by G) is grouped-query attention. A new kernel is one function and one entry in KERNELS: the
 contract tests (tests/core/test_kernels.py) and the CLI's --kernel choices read this dict.
 The entries name their function as "module:function" and are imported on first use, so listing the kernels
@@ -101,7 +103,23 @@ def check_inputs(Q, K, V, mask):
         raise QkvError(f"mask must have shape (m, n) = ({m}, {n}), got {getattr(mask, 'shape', type(mask))}")
 
 
-def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None, into=None, rows=None):
+def check_sinks(sinks, tau: int, dtype):
+    """The sink logits as a (tau,) array of Q's dtype; a wrong shape or a non-finite value is refused."""
+    import numpy as np
+
+    shape = getattr(sinks, "shape", None)
+    try:
+        s = np.asarray(sinks, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise QkvError(f"sinks must be numbers, one per query head ({tau}), got {type(sinks).__name__}") from None
+    if s.shape != (tau,):
+        raise QkvError(f"sinks must hold one logit per query head ({tau},), got shape {shape or s.shape}")
+    if not np.isfinite(s).all():
+        raise QkvError("sinks must be finite numbers")
+    return s.astype(dtype)
+
+
+def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None, into=None, rows=None, sinks=None):
     """out, weights = Softmax(Q K^T * scale + mask) V.
 
     Q (tau, m, d_k), K (G, n, d_k), V (G, n, d_v) with G dividing tau; mask (m, n) additive (0 / -inf) or
@@ -111,6 +129,8 @@ def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None,
     Q's dtype (a model's slot for this layer) that becomes the weights: written once, not written and copied.
     rows (r0, r1): keep only the weights of queries r0..r1-1 (weights (tau, r1 - r0, n); into that shape); every
     query is still computed, its softmax over all its keys: the vectorized kernel holds one block of rows at a time.
+    sinks: None, or one finite logit per query head (tau,): head j's softmax runs over [scores, s_j] and the sink
+    column is dropped, so each row sums to 1 minus the sink's share (a row with every key masked: zeros).
     """
     import numpy as np
 
@@ -131,11 +151,12 @@ def attention(Q, K, V, mask=None, scale=None, kernel="vectorized", softcap=None,
     if mask is not None and mask.dtype not in (np.float32, np.float64):
         mask = mask.astype(Q.dtype)
     s = resolve_scale(scale, Q.shape[-1])
+    more = {} if sinks is None else {"sinks": check_sinks(sinks, tau, Q.dtype)}
     if rows is None:
-        return run(Q, K, V, mask, s, softcap, into=into)
+        return run(Q, K, V, mask, s, softcap, into=into, **more)
     if kernel == "vectorized":  # computes each block of rows in a scratch array, keeps r0..r1
-        return run(Q, K, V, mask, s, softcap, into=into, rows=(r0, r1))
-    out, weights = run(Q, K, V, mask, s, softcap)
+        return run(Q, K, V, mask, s, softcap, into=into, rows=(r0, r1), **more)
+    out, weights = run(Q, K, V, mask, s, softcap, **more)
     if into is None:
         return out, np.ascontiguousarray(weights[:, r0:r1])
     into[:] = weights[:, r0:r1]

@@ -12,7 +12,7 @@ from qkv_cli.core.gqa import kv_head_of
 from qkv_cli.core.numerics import exp_normalize_, scale_, softcap_, softmax_
 
 
-def loop_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # same signature as formula.reference_kernel
+def loop_kernel(Q, K, V, mask, scale, softcap=None, into=None, sinks=None):  # the signature of the reference kernel
     tau, m, _ = Q.shape
     G, n, dv = V.shape
     ones = np.ones(n, dtype=Q.dtype)
@@ -23,17 +23,18 @@ def loop_kernel(Q, K, V, mask, scale, softcap=None, into=None):  # same signatur
         for j in range(tau):
             g = kv_head_of(j, tau, G)  # grouped-query: head j reads key/value head j // (tau / G)
             K_j, V_j = K[g], V[g]
+            s_j = None if sinks is None else sinks[j]  # head j's sink logit: one more softmax column, then dropped
             for i in range(m):
                 alpha = weights[j, i]  # (n,): the scores, then the weights
                 np.matmul(K_j, Qs[j, i], out=alpha)  # q_i K^T * scale: (n, dk) x (dk,) -> (n,)
                 softcap_(alpha, softcap)
                 if mask is not None:
                     alpha += mask[i]  # + Mask_i
-                if not exp_normalize_(alpha, ones):  # Softmax in place; if a sum was out of range, exactly:
+                if not exp_normalize_(alpha, ones, s_j):  # Softmax in place; if a sum was out of range, exactly:
                     np.matmul(K_j, Q[j, i], out=alpha)
                     softcap_(scale_(alpha, scale), softcap)  # * scale, clipped to the finite range
                     if mask is not None:
                         alpha += mask[i]
-                    softmax_(alpha)
+                    softmax_(alpha, s_j)
                 np.matmul(alpha, V_j, out=out[j, i])  # weighted sum of the rows of V: (n,) x (n, dv) -> (dv,)
     return out, weights

@@ -2,6 +2,11 @@
 
 Softmax(x)_t = exp(x_t - max x) / sum_t' exp(x_t' - max x): subtracting the row max keeps exp from overflowing.
 A row whose every entry is -inf (every key masked) gives zeros, never NaN (PyTorch issue #41508).
+
+Attention sinks (gpt-oss): a learned logit s_j per head joins every row of head j as one more column,
+Softmax([x, s_j]), and that column is dropped, so the row sums to 1 - exp(s_j) / (sum_t exp(x_t) + exp(s_j)):
+the missing mass is the sink's share. ``sink`` (the row sums' shape, x.shape[:-1], or broadcastable to it) adds
+that column without building it; None leaves it out.
 """
 
 from __future__ import annotations
@@ -12,16 +17,22 @@ import numpy as np
 _SAFE_TOTALS = {np.dtype(np.float32): (2.0**-60, 2.0**120), np.dtype(np.float64): (2.0**-900, 2.0**900)}
 
 
-def softmax_(x):  # [..., n] -> the same array, overwritten with its softmax over the last axis
-    """Stable softmax in place; +inf saturates at the largest finite value, an all -inf row becomes zeros."""
+def softmax_(x, sink=None):  # [..., n], [...] or None -> the same array, overwritten with its softmax
+    """Stable softmax in place; +inf saturates at the largest finite value, an all -inf row becomes zeros.
+    sink: finite logits of a dropped extra column per row (see the module docstring)."""
     info = np.finfo(x.dtype)
     np.minimum(x, info.max, out=x)  # +inf - +inf would be NaN
     x_max = x.max(axis=-1, keepdims=True)
+    if sink is not None:
+        sink = np.asarray(sink, dtype=x.dtype)[..., None]  # (..., 1): the extra column
+        np.maximum(x_max, sink, out=x_max)  # the max over [x, sink]
     np.maximum(x_max, -info.max, out=x_max)  # all -inf row: keep the max finite so -inf - max stays -inf
     with np.errstate(over="ignore"):  # -max - max overflows to -inf, and exp(-inf) = 0 is right
         x -= x_max
     np.exp(x, out=x)
     total = x.sum(axis=-1, keepdims=True)
+    if sink is not None:
+        total += np.exp(sink - x_max)  # the sink column's exp, in the sum and then dropped
     np.maximum(total, info.tiny, out=total)  # all -inf row: 0 * (1 / tiny) = 0, never 0 / 0
     np.reciprocal(total, out=total)
     x *= total
@@ -37,7 +48,7 @@ def softmax(x, dtype=None):  # [..., n] -> [..., n], a new array
         return softmax_(np.array(x, dtype=dtype, copy=True))
 
 
-def exp_normalize_(x, ones):  # [..., n], [n] -> True and x = Softmax(x) in place; False (x is garbage)
+def exp_normalize_(x, ones, sink=None):  # [..., n], [n], [...] -> True and x = Softmax(x) in place; False (garbage)
     """Softmax without the row-max pass: exp, row sums as one BLAS product x @ 1, then x *= 1 / sum.
 
     Subtracting the max only protects exp from overflow and underflow, and the row sums reveal both: a sum in
@@ -45,10 +56,14 @@ def exp_normalize_(x, ones):  # [..., n], [n] -> True and x = Softmax(x) in plac
     -60 ln 2 - ln n, so any weight that exp pushed into subnormals is below 1e-27 in absolute terms. The
     result then equals the max-subtracted softmax to rounding (it even skips the rounding of x - max).
     Otherwise (huge or +inf scores, a row with every key masked, all scores far below 0) this returns False
-    and the caller recomputes the scores and uses the exact :func:`softmax_`.
+    and the caller recomputes the scores and uses the exact :func:`softmax_`. sink: as for softmax_ (its exp
+    joins the sums, which the same range check covers).
     """
     np.exp(x, out=x)
     total = np.matmul(x, ones)  # (..., n) x (n,) -> (...): the row sums, by BLAS
+    if sink is not None:
+        with np.errstate(over="ignore"):  # an overflowing exp(sink) fails the range check below
+            total = total + np.exp(np.asarray(sink, dtype=x.dtype))
     low, high = _SAFE_TOTALS[x.dtype]
     if x.ndim == 1:  # one row (the loop kernel): Python scalars are cheaper
         t = float(total)
