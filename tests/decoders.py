@@ -46,6 +46,11 @@ CASES = {
                                "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
                                                    "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
+    "gpt_oss": ("gpt_oss", {"head_dim": 8, "sliding_window": 5, "num_local_experts": 4, "num_experts_per_tok": 2,
+                            "intermediate_size": 24, "swiglu_limit": 1.5,  # clamps both ways at this scale
+                            "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                                "truncate": False, "original_max_position_embeddings": 16,
+                                                "rope_theta": 300.0}}),
 }  # fmt: skip
 
 
@@ -54,7 +59,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type in ("smollm3", "phi3"):  # their default token ids are outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3", "gpt_oss"):  # their default token ids are outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
@@ -67,12 +72,13 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
 
     vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(
-        config(transformers, name, vocab), attn_implementation="eager"
-    )
+    cfg = config(transformers, name, vocab)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **eager_experts(cfg))
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if "norm" in pname:
+            if pname.endswith("sinks"):  # gpt-oss: large enough to take a visible share of every row
+                p.copy_(torch.randn_like(p) * 1.5 + 1.0)
+            elif "norm" in pname:
                 gemma = model.config.model_type.startswith("gemma")  # stored as w - 1
                 p.copy_(torch.randn_like(p) * 0.3 + (0.0 if gemma else 1.0))
             else:
@@ -81,6 +87,11 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
     model.save_pretrained(folder, safe_serialization=True)
     shutil.copy(BPE_PATH, folder / "tokenizer.json")
     return model
+
+
+def eager_experts(cfg) -> dict:
+    """A MoE model's experts as transformers' plain loop over experts (its grouped matmul refuses float64)."""
+    return {"experts_implementation": "eager"} if getattr(cfg, "num_local_experts", None) else {}
 
 
 def attentions(torch, model, ids) -> list:
@@ -138,6 +149,7 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
 
 def float64_twin(transformers, torch, model):
     """The same weights in a model built float64 throughout (see float64_everywhere); use it inside that context."""
-    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64)
+    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64,
+                                                         **eager_experts(model.config))  # fmt: skip
     twin.load_state_dict(model.state_dict())
     return twin.eval()

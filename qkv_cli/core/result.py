@@ -81,6 +81,8 @@ class Result:
     rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
     qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
     model: ModelInfo | None = None
+    sink_logits: np.ndarray | None = None  # (tau,) LAYER: head j's sink logit s_j (gpt-oss; None without sinks)
+    sinks: np.ndarray | None = None  # the sink's share of each row, 1 - row sum: LAYER (tau, m), MODEL like attentions
     chat: object = None  # pipeline.chat.Prompt: what --chat's template put around the text (None without)
     # MODEL: the whole forward pass
     layers: dict = field(default_factory=dict)  # layer -> LAYER Result, for the chosen layers

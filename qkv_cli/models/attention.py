@@ -1,7 +1,7 @@
 """The attention sub-layer every family shares, with hooks for what families add.
 
     Q^[j] = H W_j^q + b_j^q   (tau heads)        K^[g], V^[g] = H W_g^{k,v} + b_g^{k,v}   (G key/value heads)
-    [QK-norm]  [rotate Q and K (RoPE)]  heads = Softmax(Q K^T * scale [soft-capped] + Mask) V
+    [QK-norm]  [rotate Q and K (RoPE)]  heads = Softmax(Q K^T * scale [soft-capped] + Mask [, sink s_j]) V
     output = concat(head_1..head_tau) W^o + b^o
 
 Query head j reads key/value head j // (tau / G) (grouped-query attention; G = tau without it). The three
@@ -56,6 +56,7 @@ class Hooks(NamedTuple):
     rotate: Callable | None = None  # (X) (h, m, dk) -> X with RoPE applied at positions 0..m-1
     softcap: float | None = None  # tanh(S / c) * c before the mask
     values: Callable | None = None  # (V) (G, n, dk) -> V changed (value zeroing: one key's row set to 0)
+    sinks: np.ndarray | None = None  # (tau,) a sink logit per head: Softmax([scores, s_j]), the sink dropped (gpt-oss)
 
 
 class Attended(NamedTuple):
@@ -111,7 +112,7 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
     if hooks.values is not None:
         V = hooks.values(V)
     heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap, into=into,
-                               rows=rows)  # fmt: skip
+                               rows=rows, sinks=hooks.sinks)  # fmt: skip
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(H, Q, K, V, Q_pre, K_pre, weights, heads, output)

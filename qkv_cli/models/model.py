@@ -212,6 +212,7 @@ class Model:
                 details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
         hidden[-1] = fam.final(p, c, x)
         return Result(
+            sinks=sink_share(attentions) if getattr(c.attention, "sinks", False) else None,
             kind=Kind.MODEL, tokens=tokens, kernel=kernel, model=self.info(), layers=details, attentions=attentions,
             ids=ids, hidden_states=hidden, last_hidden_state=hidden[-1],
             layer_types=tuple(fam.layer_type(c, l) for l in range(c.n_layers)),
@@ -239,6 +240,7 @@ class Model:
             heads=parts.heads[:, r], Wo=w["Wo"], output=parts.output[r], rules=spec, bq=w["bq"], bk=w["bk"],
             bv=w["bv"], bo=w["bo"], Q_pre_rope=pre, K_pre_rope=parts.K_pre_rope, model=self.info(l),
             key_tokens=None if span is None else tokens, rows=None if span is None else np.arange(m)[r], **extras,
+            sinks=sink_share(parts.weights) if getattr(self.config.attention, "sinks", False) else None,
         )  # fmt: skip
 
 
@@ -263,6 +265,10 @@ def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) 
             by_rule[key] = None if mask is None or not mask.any() else mask
         out.append(by_rule[key])
     return out
+
+
+def sink_share(weights):  # [..., m, n] -> [..., m]: 1 - sum_t alpha_it, what the sink column took (gpt-oss)
+    return (1 - weights.sum(axis=-1, dtype=np.float64)).astype(weights.dtype)
 
 
 def stack_like(x, n: int):  # [m, d] -> an empty [n, m, d] whose slices have x's memory layout

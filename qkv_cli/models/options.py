@@ -46,9 +46,12 @@ class Attention:
     layer_types: tuple[str, ...] = ()  # one per layer: SLIDING or FULL
     sliding_window: int | None = None  # n_c on sliding layers
     softcap: float | None = None  # tanh(S / c) c before the mask (Gemma 2)
+    sinks: bool = False  # a learned sink logit per head: one more softmax column, dropped (gpt-oss)
 
     def __post_init__(self):
         _positive("the attention scale", self.scale, none_ok=False)
+        if not isinstance(self.sinks, bool):
+            raise QkvError(f"sinks must be true or false, got {self.sinks!r}")
         _choice("QK-norm", self.qk_norm, QK_NORMS)
         for name in ("qkv_bias", "o_bias"):
             if not isinstance(getattr(self, name), bool):
@@ -84,11 +87,15 @@ class Mlp:
     gated: bool = True  # W_down (act(W_gate x) * W_up x); else W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
     bias: bool = False
     parallel_residual: bool = False  # GPT-NeoX: x' = MLP(N_2(x)) + Att(N_1(x)) + x
+    swiglu: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU: (alpha, limit), swiglu_alpha / _limit
 
     def __post_init__(self):
         for name in ("gated", "bias", "parallel_residual"):
             if not isinstance(getattr(self, name), bool):
                 raise QkvError(f"the MLP's {name} must be true or false, got {getattr(self, name)!r}")
+        if self.swiglu is not None:
+            _positive("'swiglu_alpha'", self.swiglu[0], none_ok=False)
+            _positive("'swiglu_limit'", self.swiglu[1], none_ok=False)
 
 
 @dataclass(frozen=True)
