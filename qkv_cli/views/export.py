@@ -25,7 +25,8 @@ def checkpoint_extras(run: Result) -> dict:
     the token ids (m,), the kept layers' weights (L_kept, tau_kept, rows, m: every layer, head and query unless
     the budget, --head or --rows kept fewer), which layers (attention_layers), heads (attention_heads) and query
     positions (rows) those are, every
-    layer's kind (L,), the last hidden state (m, d), and the scalars G and d_k."""
+    layer's kind (L,), the last hidden state (m, d), and the scalars G and d_k; with attention sinks (gpt-oss)
+    `sinks`, the sink's share of each row (1 - row sum), shaped like attentions without its last axis."""
     first = run.first_layer()
     L, m = len(run.layer_types), len(run.ids)
     kept = list(range(L)) if run.attention_layers is None else [int(x) for x in run.attention_layers]
@@ -35,7 +36,7 @@ def checkpoint_extras(run: Result) -> dict:
     return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "attention_layers": kept,
             "attention_heads": heads, "rows": rows, "layer_types": list(run.layer_types),
             "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k,
-            **(run.seq2seq or {})}  # fmt: skip
+            **(run.seq2seq or {}), **({} if run.sinks is None else {"sinks": run.sinks})}  # fmt: skip
 
 
 def layer_arrays(result: Result) -> dict:
@@ -54,6 +55,8 @@ def layer_arrays(result: Result) -> dict:
     for name in FAMILY_ARRAYS:
         if getattr(result, name) is not None:
             out[name] = getattr(result, name)
+    if result.sink_logits is not None:  # gpt-oss: the layer's sink logit per head (tau,)
+        out["sink_logits"] = result.sink_logits
     return out
 
 

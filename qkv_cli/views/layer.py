@@ -42,6 +42,8 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
                                positions=result.rows)  # fmt: skip
         for row, j in zip(summary, heads, strict=True):
             row["head"] = j
+            if result.sinks is not None:
+                row["sink_share"] = float(result.sinks[j].mean())
         out.print(tables.summary_table(summary))
     if save_npz is not None:
         from qkv_cli.views.files import save_npz as save

@@ -185,7 +185,8 @@ def matrix_table(title, matrix, row_labels, col_labels, precision=2, width=120, 
 
 def summary_table(summary, title="Per-head summary") -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
-    for name in ("head", "entropy (nats)", "max weight", "mean distance", "self share"):
+    sinks = any("sink_share" in row for row in summary)  # gpt-oss: the mean share the sink took
+    for name in ("head", "entropy (nats)", "max weight", "mean distance", "self share") + (("sink share",) * sinks):
         table.add_column(name, justify="right")
     for row in summary:
         table.add_row(
@@ -194,6 +195,7 @@ def summary_table(summary, title="Per-head summary") -> Table:
             f"{row['max_weight']:.3f}",
             "-" if row["mean_distance"] != row["mean_distance"] else f"{row['mean_distance']:.2f}",  # nan: m != n
             "-" if row["self_share"] != row["self_share"] else f"{row['self_share']:.3f}",
+            *([f"{row.get('sink_share', float('nan')):.3f}"] if sinks else []),
         )
     return table
 
@@ -207,6 +209,16 @@ TITLES = {
     "weights": "alpha = Softmax(scores + Mask), head {j}",
     "heads": "head {j} output = alpha V^[{j}]",
 }
+
+
+SINK_TITLE = "alpha = Softmax([scores + Mask, s_{j}]) minus its sink column, head {j}; sink = that share, 1 - row sum"
+
+
+def with_sink_column(weights, share, cols, masked):  # [m, n], [m] -> [m, 1 + n]: the sink's share first
+    """A weights table of a model with attention sinks: column "sink" (1 - row sum), then the keys."""
+    grid = np.concatenate([np.asarray(share, dtype=weights.dtype)[:, None], weights], axis=1)
+    marks = None if masked is None else np.concatenate([np.zeros((len(share), 1), dtype=bool), masked], axis=1)
+    return grid, ["sink", *cols], marks
 
 
 def result_views(result, show, heads, precision=2, width=120, where=""):
@@ -234,8 +246,12 @@ def result_views(result, show, heads, precision=2, width=120, where=""):
                 title = where + TITLES[key].format(j=kv)  # K, V: the key/value head (grouped-query attention)
                 if key in ("K", "V") and result.is_cross:
                     title = title.replace("= H W", "= Y W")  # cross-attention: keys and values from the context
+                masked = result.masked if is_grid else None
+                if key == "weights" and result.sinks is not None:  # gpt-oss: the sink's share, first column
+                    matrix, cols, masked = with_sink_column(matrix, result.sinks[j], cols, masked)
+                    title = where + SINK_TITLE.format(j=j)
                 # masked keys: their weights are 0, drawn as dots; their scores (before the mask) are real, dim
-                add(title, matrix, rows, cols, weights=key == "weights", masked=result.masked if is_grid else None)
+                add(title, matrix, rows, cols, weights=key == "weights", masked=masked)
         elif name == "mask":
             add(where + "Mask (0 = may attend, -inf = may not)", result.mask, labels, key_labels, 0)
         elif name in ("h", "output"):

@@ -152,3 +152,37 @@ def test_a_sinks_tensor_of_the_wrong_shape_is_one_line_exit_2(gpt_oss, tmp_path)
         (tmp_path / name).write_text((folder / name).read_text())
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(tmp_path)])
     assert r.exit_code == 2 and "sinks" in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_run_table_shows_the_sink_column_and_share(gpt_oss):
+    folder, _ = gpt_oss
+    args = ["run", "the cat sat on the mat", "--model", str(folder), "--layer", "0", "--head", "1"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert "alpha = Softmax([scores + Mask, s_1]) minus its sink column, head 1" in r.output
+    header = next(line for line in lines if line.split()[:1] == ["sink"])
+    assert header.split()[1:3] == ["the", "cat"]  # the sink's share first, then the keys
+    run = load_model(folder).run("the cat sat on the mat", layers=[0])
+    first = next(line for line in lines if line.startswith(" the ") or line.startswith("the "))
+    assert first.split()[1] == f"{run.sinks[0, 1, 0]:.2f}"
+    assert "sink share" in r.output and f"{run.sinks[0, 1].mean():.3f}" in r.output
+
+
+def test_json_and_npz_export_sinks(gpt_oss, torch, tmp_path):
+    folder, model = gpt_oss
+    text = "the cat sat on the mat because it was warm"
+    common = ["run", text, "--model", str(folder), "--layer", "2", "--dtype", "float32"]
+    r = CliRunner().invoke(app, [*common, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    ids = load_model(folder).tokenize(text).ids
+    want, _ = sink_shares(torch, model, list(ids))
+    sinks = np.array(doc["sinks"])
+    assert sinks.shape == (3, 4, len(ids))
+    np.testing.assert_allclose(sinks, want, atol=1e-5)
+    r = CliRunner().invoke(app, [*common, "--save-npz", str(tmp_path / "run.npz")])
+    assert r.exit_code == 0, r.output
+    z = np.load(tmp_path / "run.npz")
+    np.testing.assert_allclose(z["sinks"], sinks, atol=1e-7)
+    np.testing.assert_allclose(z["sink_logits"], model.model.layers[2].self_attn.sinks.detach().numpy())
