@@ -55,8 +55,26 @@ def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
     from qkv_cli.views.figures import draw_grid, save_figure
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
+    keys, subtitle = result.key_labels, settings_line(result)
+    if result.sinks is not None:  # gpt-oss: the sink's share of each row as a first column
+        panels, keys = sink_panels(panels, [result.sinks[j] for j in heads], keys)
+        subtitle += f"; {SINK_NOTE}"
     if len(heads) == 1:
         panels = [("", *panels[0][1:])]
     title = figure_title(result, heads)
-    save_figure(draw_grid(panels, result.labels, result.key_labels, title, settings_line(result), scale), path)
+    save_figure(draw_grid(panels, result.labels, keys, title, subtitle, scale), path)
     return str(path)
+
+
+SINK_NOTE = "column 'sink': the share of each row the sink took (1 - row sum)"
+
+
+def sink_panels(panels, shares, keys):  # [(name, [m, n], [m, n])], [[m]] -> the same with [m, 1 + n], keys
+    """Figure panels with the sink's share of each row as a first column, labelled 'sink'."""
+    from qkv_cli.views.tables import with_sink_column
+
+    out = []
+    for (name, weights, masked), share in zip(panels, shares, strict=True):
+        grid, cols, marks = with_sink_column(weights, share, keys, masked)
+        out.append((name, grid, marks))
+    return out, cols

@@ -85,7 +85,14 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
         shown = figure_title(first, heads).split(": ")[-1]
         title = f"{clean(run.model.name)}: layers {', '.join(map(str, run.layers))} x {shown}"
         grid = (len(run.layers), len(heads))
-        save_figure(draw_grid(panels, first.labels, first.key_labels, title, settings_line(first), scale, grid), path)
+        keys, subtitle = first.key_labels, settings_line(first)
+        if first.sinks is not None:  # gpt-oss: each row's sink share as a first column
+            from qkv_cli.views.layer import SINK_NOTE, sink_panels
+
+            shares = [r.sinks[j] for r in run.layers.values() for j in heads]
+            panels, keys = sink_panels(panels, shares, keys)
+            subtitle += f"; {SINK_NOTE}"
+        save_figure(draw_grid(panels, first.labels, keys, title, subtitle, scale, grid), path)
         return str(path)
     info = run.model
     title = f"{clean(info.name)}: every layer x head ({info.n_layers} x {len(heads)}), m={len(run.labels)}"
@@ -94,7 +101,12 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
     )
     masked = np.stack([run.layer_masked(l) for l in range(info.n_layers)])
     kinds = [t.replace("_attention", "") for t in run.layer_types] if any(run.layer_types) else None
-    save_figure(draw_model_view(run.attentions[:, heads], heads, masked, title, kinds, subtitle, scale), path)
+    tiles = run.attentions[:, heads]
+    if run.sinks is not None:  # gpt-oss: each tile's first column is its rows' sink share
+        tiles = np.concatenate([run.sinks[:, heads, :, None], tiles], axis=-1)
+        masked = np.concatenate([np.zeros((*masked.shape[:2], 1), dtype=bool), masked], axis=-1)
+        subtitle += "; each tile's first column: the sink's share of the row (1 - row sum)"
+    save_figure(draw_model_view(tiles, heads, masked, title, kinds, subtitle, scale), path)
     return str(path)
 
 

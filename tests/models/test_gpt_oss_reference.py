@@ -186,3 +186,33 @@ def test_json_and_npz_export_sinks(gpt_oss, torch, tmp_path):
     z = np.load(tmp_path / "run.npz")
     np.testing.assert_allclose(z["sinks"], sinks, atol=1e-7)
     np.testing.assert_allclose(z["sink_logits"], model.model.layers[2].self_attn.sinks.detach().numpy())
+
+
+def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
+    """A layer's heatmap and the model view: each panel's first column is the rows' sink share, labelled 'sink'."""
+    from qkv_cli.views import figures
+    from qkv_cli.views.run import heatmap_figure
+
+    folder, _ = gpt_oss
+    run = load_model(folder).run("the cat sat on the mat", layers=[1])
+    drawn = {}
+    grid, view = figures.draw_grid, figures.draw_model_view
+
+    def seen_grid(panels, rows, cols, *a, **k):
+        drawn["grid"] = (panels, cols)
+        return grid(panels, rows, cols, *a, **k)
+
+    def seen_view(tiles, *a, **k):
+        drawn["view"] = tiles
+        return view(tiles, *a, **k)
+
+    monkeypatch.setattr(figures, "draw_grid", seen_grid)
+    monkeypatch.setattr(figures, "draw_model_view", seen_view)
+    fig = heatmap_figure(run.layers[1], [0, 2])
+    panels, cols = drawn["grid"]
+    assert cols[0] == "sink" and cols[1:] == run.labels and "sink" in fig.qkv_meta[1]
+    for (_, grid_, _), j in zip(panels, [0, 2], strict=True):
+        np.testing.assert_array_equal(grid_[:, 0], run.sinks[1, j])
+        np.testing.assert_array_equal(grid_[:, 1:], run.attentions[1, j])
+    heatmap_figure(run, [0, 1, 2, 3])
+    np.testing.assert_array_equal(drawn["view"][..., 0], run.sinks)
