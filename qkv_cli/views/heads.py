@@ -8,6 +8,8 @@ import json
 import sys
 from collections import Counter
 
+import numpy as np
+
 from qkv_cli.core.result import Kind
 from qkv_cli.core.roles import LOCAL_RADIUS, ROLES, THRESHOLDS, layer_head_stats
 from qkv_cli.errors import QkvError
@@ -68,6 +70,10 @@ def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
                   f"d={run.last_hidden_state.shape[1]} kernel={run.kernel}")  # fmt: skip
         stats = layer_head_stats([r.attentions for r in results], tokens_list=[r.ids for r in results],
                                  labels_list=[r.labels for r in results], **options)  # fmt: skip
+        if run.sinks is not None:  # gpt-oss: the mean share of a row its learned sink took, over every sentence
+            for l, row in enumerate(stats):
+                for j, s in enumerate(row):
+                    s["sink_share"] = float(np.mean([r.sinks[l, j].mean() for r in results]))
         chosen = chosen_layers(layers, len(stats))
         if chosen:  # --layer: only those layers' rows (numbered as in the model)
             stats = [stats[layer] for layer in chosen]
@@ -107,6 +113,7 @@ COLUMNS = [
     ("local", "local"),
     ("softmax_grad", "grad"),
 ]
+SINK_COLUMN = [("sink_share", "sink share")]  # the learned sink's mean share of a row (1 - row sum; gpt-oss)
 DETECTOR_COLUMNS = [("next", "next"), ("sink", "sink"), ("previous_token", "tl prev"), ("duplicate_token", "dup"),
                     ("induction", "ind")]  # fmt: skip
 NEW_ROLES = ("induction", "duplicate-token", "next-token", "sink")
@@ -121,6 +128,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     options = options or {"measure": "mul", "exclude_first": False, "exclude_current": False}
     pick = pick or {}
     every = [s for row in stats_grid for s in row]
+    columns = COLUMNS + (SINK_COLUMN if every and "sink_share" in every[0] else [])  # a model with attention sinks
     flat = picked(every, pick.get("sort"), bool(pick.get("ascending")), pick.get("top"))
     chosen = picked_title(pick, len(every))
     if fmt == "json":
@@ -140,7 +148,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        names = ["layer", "head"] + [k for k, _ in COLUMNS + DETECTOR_COLUMNS] + ["sink_token", "role", "rows"]
+        names = ["layer", "head"] + [k for k, _ in columns + DETECTOR_COLUMNS] + ["sink_token", "role", "rows"]
         writer.writerow(names)
         for s in flat:
             writer.writerow([s[k] if isinstance(s[k], (int, str)) else repr(float(s[k])) for k in names])
@@ -177,7 +185,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     by_layer = layers > 1 or checkpoint
     if chosen:
         out.print(f"Heads: {chosen}", style="bold")
-    out.print(fitted(flat, COLUMNS, by_layer, out))
+    out.print(fitted(flat, columns, by_layer, out))
     if extended:
         out.print(fitted(flat, DETECTOR_COLUMNS, by_layer, out, "Next token, sink and detectors"))
         if checkpoint and not probed and all(s["induction"] == 0 and s["duplicate_token"] == 0 for s in every):
@@ -186,6 +194,8 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     if layers > 1 and pick.get("top"):  # the grid's legend, for the short names of a narrow table
         out.print(legend, style="dim")
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
+    if columns is not COLUMNS:
+        out.print("sink share: the mean share of a row the head's learned sink logit took (1 - row sum)", style="dim")
     if extended:
         out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")
 

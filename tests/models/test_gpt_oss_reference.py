@@ -216,3 +216,17 @@ def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
         np.testing.assert_array_equal(grid_[:, 1:], run.attentions[1, j])
     heatmap_figure(run, [0, 1, 2, 3])
     np.testing.assert_array_equal(drawn["view"][..., 0], run.sinks)
+
+
+def test_heads_shows_each_heads_sink_share(gpt_oss):
+    folder, _ = gpt_oss
+    text = "the cat sat on the mat"
+    r = CliRunner().invoke(app, ["heads", text, "--model", str(folder), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    run = load_model(folder).run(text)
+    heads = json.loads(r.stdout)["heads"]
+    np.testing.assert_allclose([h["sink_share"] for h in heads], run.sinks.mean(-1).ravel(), atol=1e-12)
+    r = CliRunner().invoke(app, ["heads", text, "--model", str(folder)])
+    assert r.exit_code == 0 and "sink share" in r.output and f"{run.sinks[2, 1].mean():.3f}" in r.output, r.output
+    r = CliRunner().invoke(app, ["heads", text, "--model", str(folder), "--format", "csv"])
+    assert r.exit_code == 0 and "sink_share" in r.output.splitlines()[0]
