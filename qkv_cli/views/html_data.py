@@ -13,6 +13,8 @@
   page shows no score there). Every compact binary field is zlib-deflated, written "z:" + base64, and
   the page inflates it (DecompressionStream) before it draws: the zeros and the masked cells then cost almost
   nothing.
+- Attention sinks (gpt-oss): a layer's "sink" holds each row's sink share (1 - row sum) as float32 (tau, m); its
+  weights are stored beside its scores (Softmax(S + Mask) without the sink would miss the reconstruction check).
 - Masks: one bit per cell (1 = removed, -inf), each distinct grid stored once.
 - A generation (generation_sentence): one layer entry per layer, 12-bit weights (tau, steps, n_max): row t is the
   query that wrote token prompt_len + t; keys prompt_len + t and after are masked (step t had not read them).
@@ -102,6 +104,12 @@ def softmax_rows(rel, masked):  # [tau, m, n] float16 S - max, [m, n] -> what th
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
+def with_sinks(entry: dict, sinks) -> dict:  # a layer entry, [tau, m] or None -> the entry with "sink"
+    if sinks is not None:
+        entry["sink"] = b64(np.asarray(sinks, dtype="<f4").tobytes())
+    return entry
+
+
 def layer(weights, scores=None, masked=None, compact: bool = False) -> dict:
     """One layer of tau heads: {"w"}, 12-bit weights; or {"s", "top"}, scores the page turns into weights.
     compact: {"q8", "rmax"} instead of {"w"}, and the scores deflated. A layer whose scores the storage cannot
@@ -146,8 +154,8 @@ def dense_sentence(r, name: str = "") -> dict:
     from qkv_cli.views.html_stats import layer_stats
 
     masked = r.masked
-    return sentence(name or " ".join(r.labels), r.labels, r.key_labels, [layer(r.weights, r.scores, masked)],
-                    [masked], layer_stats(r))  # fmt: skip
+    entry = with_sinks(layer(r.weights, r.scores, masked), r.sinks)
+    return sentence(name or " ".join(r.labels), r.labels, r.key_labels, [entry], [masked], layer_stats(r))
 
 
 def model_sentence(run) -> dict:
@@ -158,6 +166,8 @@ def model_sentence(run) -> dict:
     masks = [run.layers[l].masked if l in run.layers else run.layer_masked(l) for l in range(L)]
     layers = [layer(run.attentions[l], run.layers[l].scores if l in run.layers else None, masks[l], compact)
               for l in range(L)]  # fmt: skip
+    if run.sinks is not None:
+        layers = [with_sinks(entry, run.sinks[l]) for l, entry in enumerate(layers)]
     return sentence(" ".join(run.labels), run.labels, run.labels, layers, masks, model_stats(run))
 
 

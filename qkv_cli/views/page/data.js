@@ -152,6 +152,13 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
 
   attribution(i, j) { this.load(0); return this.A[i * this.n + j]; }
 
+  sink(l, h, i) {  // attention sinks (gpt-oss): the share of query i's row the sink took, or null
+    const e = this.raw[l];
+    if (!e.sink || h >= this.tau) return null;
+    if (!e.sinkShares) e.sinkShares = floats(e.sink);
+    return e.sinkShares[h * this.m + i];
+  }
+
   weights(l) { this.load(l); return this.W[l]; }
   mask(l) { return this.nc ? null : this.grids[this.maskOf[l]]; }
   hasScores(l) { return Boolean(this.raw[l].s); }

@@ -53,7 +53,8 @@ function drawMatrix() {
   canvas.setAttribute("aria-label", `Weights of ${layerText()}${what}: ${m} queries by ${c} ${S.nc ? "window slots" : "keys"}. Arrow keys move the query and the key.`);
   const kv = DOC.G !== DOC.tau && state.head !== ATTR ? ` It reads key/value head ${DOC.kv[state.head]}.` : "";
   $("matrix-caption").textContent = `${layerText(true)}${what[0].toUpperCase()}${what.slice(1)}: rows are queries, columns ${S.nc ? "the window's slots (slot t of query i is key i \u2212 n_c + 1 + t)" : "keys"}.${kv} ` +
-    "Point at a cell for its numbers; click, or focus the matrix and use the arrow keys (up and down move the query).";
+    "Point at a cell for its numbers; click, or focus the matrix and use the arrow keys (up and down move the query)." +
+    (S.sink(state.layer, state.head, 0) !== null ? " This model has attention sinks: each row sums to 1 minus the share its sink took (in the cell's numbers)." : "");
   if (tipShown) showTip();
 }
 
@@ -67,6 +68,8 @@ function cellLines() {  // what the tooltip says about the current cell
   if (h === ATTR) return lines.concat(attributionLines(S, l, i, t));
   if (S.coarse(l)) lines.push(`weight \u2248 ${fmt(S.at(l, h, i, t), 4)} (stored to 1/255 of the row's largest; under 1% of it as 0)`);
   else lines.push(`weight ${fmt(S.at(l, h, i, t), 4)}`);
+  const sink = S.sink(l, h, i);
+  if (sink !== null) lines.push(`sink share of this row ${fmt(sink, 4)} (the row sums to 1 \u2212 that)`);
   const score = S.score(l, h, i, t);
   if (score !== null) lines.push(`score ${fmt(score, S.scoreDecimals(l, h, i, t))}`);
   else if (S.scoreDropped(l, i, t)) lines.push("score: not stored (a large page keeps the scores of unmasked cells)");
