@@ -51,6 +51,10 @@ CASES = {
                             "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                                 "truncate": False, "original_max_position_embeddings": 16,
                                                 "rope_theta": 300.0}}),
+    "gpt_oss-gguf": ("gpt_oss", {"head_dim": 8, "sliding_window": 5, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                 "intermediate_size": 32,  # MXFP4 blocks of 32 along each expert row
+                                 "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": True,
+                                                     "original_max_position_embeddings": 16, "rope_theta": 300.0}}),
 }  # fmt: skip
 
 

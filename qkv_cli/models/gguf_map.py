@@ -18,7 +18,7 @@ from qkv_cli.models.weights import Tensor
 
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-    "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2",
+    "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "gpt-oss": "gpt_oss",
 }  # fmt: skip
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
@@ -28,7 +28,8 @@ CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "vocab_size",
     "attn_logit_softcapping": "attn_logit_softcapping", "final_logit_softcapping": "final_logit_softcapping",
     "attention.layer_norm_epsilon": "layer_norm_eps", "use_parallel_residual": "use_parallel_residual",
-    "rope.freq_base_swa": "rope_local_base_freq",
+    "rope.freq_base_swa": "rope_local_base_freq", "expert_count": "num_local_experts",
+    "expert_used_count": "num_experts_per_tok",
 }  # fmt: skip
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3_text": 62}  # llama.cpp's LLM_TYPE_27B of each: scale 1/sqrt(d / tau)
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is its pre_feedforward_layernorm)
@@ -202,6 +203,10 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
             target = target.replace("post_attention_layernorm", "pre_feedforward_layernorm")
         out[target] = Tensor(t.shape, t.kind, read, t.source, t.rows if read is t.read else None)
+    if kind == "gpt_oss":  # sinks, router and experts (gguf_gpt_oss)
+        from qkv_cli.models.gguf_gpt_oss import gpt_oss_tensors
+
+        out.update(gpt_oss_tensors(tensors))
     return out
 
 
