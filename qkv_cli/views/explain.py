@@ -120,10 +120,18 @@ def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
                        _num(z["mask"][t], 0), _num(z["score"][t], p + 2), _num(z["exp"][t], p + 2),
                        _num(z["weights"][t], p + 2))  # fmt: skip
     out.print(_narrowed(scores, out))
-    out.print(
-        f"max s_t = {z['max']:.{p + 2}f};  sum_t exp(s_t - max) = {z['sum']:.{p + 2}f};  "
-        f"alpha_{i},t = exp(s_t - max) / sum  (the weights sum to {float(z['weights'].sum()):.{p + 2}f})"
-    )
+    if "sink" in z:  # gpt-oss: the sink logit joins the max and the sum as one more column, then is dropped
+        out.print(
+            f"sink s_{j} = {z['sink']:.{p + 2}f}: max over (s_t, s_{j}) = {z['max']:.{p + 2}f};  sum = sum_t "
+            f"exp(s_t - max) + exp(s_{j} - max) = {z['sum']:.{p + 2}f};  alpha_{i},t = exp(s_t - max) / sum; the "
+            f"sink's share exp(s_{j} - max) / sum = {z['sink_share']:.{p + 2}f} (the weights sum to "
+            f"{float(z['weights'].sum()):.{p + 2}f})"
+        )
+    else:
+        out.print(
+            f"max s_t = {z['max']:.{p + 2}f};  sum_t exp(s_t - max) = {z['sum']:.{p + 2}f};  "
+            f"alpha_{i},t = exp(s_t - max) / sum  (the weights sum to {float(z['weights'].sum()):.{p + 2}f})"
+        )
     out.print()
     out.print(f"head_{j} row {i} = sum_t alpha_{i},t v_t  (v_t = row t of V^[{g}])", style="bold")
     out.print(_narrowed(terms_table(cut), out))

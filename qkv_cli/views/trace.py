@@ -73,10 +73,13 @@ def projections(result) -> dict:
     return out
 
 
-def attend(Q, K, V, mask, scale, cap):  # one head: -> (S before the cap, S, alpha, alpha V)
+def attend(Q, K, V, mask, scale, cap, sink=None):  # one head: -> (S before the cap, S, alpha, alpha V)
     raw = scale_(Q @ K.T, scale)  # (m, dk) x (dk, n) -> (m, n), times the scale
     S = softcap_(raw.copy(), cap)  # tanh(S / c) c, when the model soft-caps
-    alpha = softmax(S + mask)
+    if sink is None:
+        alpha = softmax(S + mask)
+    else:  # attention sinks (gpt-oss): Softmax([S + Mask, s_j]), the sink's column dropped
+        alpha = softmax(np.concatenate([S + mask, np.full((S.shape[0], 1), sink, dtype=S.dtype)], axis=1))[:, :-1]
     return raw, S, alpha, alpha @ V  # (m, n) x (n, dk) -> (m, dk)
 
 
@@ -86,8 +89,9 @@ def trace(result, head: int = 0) -> Trace:
     check_head(head, tau)
     g = kv_head_of(head, tau, G)
     p = projections(result)
+    sinks = result.sink_logits
     outs = [attend(p["Q"][h], p["K"][kv_head_of(h, tau, G)], p["V"][kv_head_of(h, tau, G)], result.mask,
-                   result.scale, result.softcap) for h in range(tau)]  # fmt: skip
+                   result.scale, result.softcap, None if sinks is None else sinks[h]) for h in range(tau)]  # fmt: skip
     concat = np.concatenate([o[3] for o in outs], axis=1)  # (m, tau d_k)
     b = result.biases
     output = concat @ result.Wo + (b["bo"] if "bo" in b else 0)  # (m, tau dk) x (tau dk, d) + b^o -> (m, d)

@@ -102,7 +102,9 @@ def steps_for(result, j: int, g: int, shared: str, p: dict, head, concat, output
     window = f", window n_c={model.window}" if model is not None and model.window else ""
     out += [
         Step("mask", f"Mask: 0 = may attend, -inf = may not{window}", result.mask, rows, keys, grid=True),
-        Step("weights", "alpha = Softmax(S + Mask), row by row: each row sums to 1", alpha, rows, keys, grid=True),
+        Step("weights", "alpha = Softmax(S + Mask), row by row: each row sums to 1" if result.sink_logits is None else
+             f"alpha = Softmax([S + Mask, s_{j}]) without the sink's column, s_{j} = {result.sink_logits[j]:.4g}: "
+             "each row sums to 1 minus the sink's share", alpha, rows, keys, grid=True),
         Step("heads", f"head_{j} = alpha V^[{kvj}]: row i is a weighted sum of the rows of V", head_out, rows, feat_k),
         Step("concat", f"concat(head_0..head_{tau - 1}): every head's output side by side", concat, rows,
              numbered(tau * dk)),

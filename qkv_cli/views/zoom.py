@@ -26,9 +26,13 @@ def query_zoom(tr, i: int, result) -> dict:
     mask = tr["mask"].matrix[i]
     score = capped + mask
     finite = score[np.isfinite(score)]
+    sink = None if result.sink_logits is None else float(result.sink_logits[tr.head])  # gpt-oss: s_j
     top = float(finite.max()) if finite.size else 0.0
+    if sink is not None:  # the max over [s_t, s_j]
+        top = max(top, sink) if finite.size else sink
     e = np.where(np.isfinite(score), np.exp(np.where(np.isfinite(score), score, 0.0) - top), 0.0)
-    total = float(e.sum())
+    sink_exp = 0.0 if sink is None else float(np.exp(sink - top))  # the sink's column: in the sum, then dropped
+    total = float(e.sum()) + sink_exp
     alpha = e / total if total > 0 else np.zeros_like(e)
     terms = alpha[:, None] * V  # alpha_t v_t, one row per key
     out = {"query": i, "token": result.labels[i], "q": q, "scale": result.scale, "dot": dots, "scaled": scaled,
@@ -36,6 +40,8 @@ def query_zoom(tr, i: int, result) -> dict:
            "terms": terms, "output": terms.sum(axis=0)}  # fmt: skip
     if result.softcap:
         out["capped"] = capped
+    if sink is not None:
+        out.update(sink=sink, sink_exp=sink_exp, sink_share=sink_exp / total if total > 0 else 1.0)
     if result.rope_freq is not None:
         out["rope"] = rope_zoom(tr, i, result)
     return out

@@ -230,3 +230,22 @@ def test_heads_shows_each_heads_sink_share(gpt_oss):
     assert r.exit_code == 0 and "sink share" in r.output and f"{run.sinks[2, 1].mean():.3f}" in r.output, r.output
     r = CliRunner().invoke(app, ["heads", text, "--model", str(folder), "--format", "csv"])
     assert r.exit_code == 0 and "sink_share" in r.output.splitlines()[0]
+
+
+def test_explain_puts_the_sink_in_the_softmax(gpt_oss):
+    """explain's plain recomputation includes the sink: its weights are the run's, and the zoomed row's sum
+    includes exp(s_j - max), whose share is the run's missing mass."""
+    folder, _ = gpt_oss
+    text = "the cat sat on the mat because it was warm"
+    common = [text, "--model", str(folder), "--layer", "1", "--head", "2", "--dtype", "float64", "--format", "json"]
+    r = CliRunner().invoke(app, ["explain", *common, "--query", "4"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    run = load_model(folder, dtype="float64").run(text, layers=[1])
+    np.testing.assert_allclose(doc["steps"]["weights"]["matrix"], run.attentions[1, 2], atol=1e-9)
+    assert "Softmax([S + Mask, s_2])" in doc["steps"]["weights"]["formula"]
+    np.testing.assert_allclose(doc["query"]["sink_share"], run.sinks[1, 2, 4], atol=1e-9)
+    np.testing.assert_allclose(doc["query"]["weights"], run.attentions[1, 2, 4], atol=1e-9)
+    r = CliRunner().invoke(app, ["explain", *common[:-2], "--query", "4"])
+    assert r.exit_code == 0 and f"the sink's share exp(s_2 - max) / sum = {run.sinks[1, 2, 4]:.4f}" in " ".join(
+        r.output.split()), r.output  # fmt: skip
