@@ -128,7 +128,8 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     options = options or {"measure": "mul", "exclude_first": False, "exclude_current": False}
     pick = pick or {}
     every = [s for row in stats_grid for s in row]
-    columns = COLUMNS + (SINK_COLUMN if every and "sink_share" in every[0] else [])  # a model with attention sinks
+    sinks = bool(every) and "sink_share" in every[0]  # a model with attention sinks
+    columns = COLUMNS + (SINK_COLUMN if sinks else [])
     flat = picked(every, pick.get("sort"), bool(pick.get("ascending")), pick.get("top"))
     chosen = picked_title(pick, len(every))
     if fmt == "json":
@@ -194,7 +195,7 @@ def emit_heads(stats_grid, fmt: str, header: str, sentences: int, checkpoint: bo
     if layers > 1 and pick.get("top"):  # the grid's legend, for the short names of a narrow table
         out.print(legend, style="dim")
     out.print(THRESHOLDS_TEXT.format(**THRESHOLDS, r=LOCAL_RADIUS), style="dim")
-    if columns is not COLUMNS:
+    if sinks:
         out.print("sink share: the mean share of a row the head's learned sink logit took (1 - row sum)", style="dim")
     if extended:
         out.print(DETECTORS_TEXT.format(**THRESHOLDS, how=detector_options(options)), style="dim")

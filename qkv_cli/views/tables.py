@@ -211,7 +211,7 @@ TITLES = {
 }
 
 
-SINK_TITLE = "alpha = Softmax([scores + Mask, s_{j}]) minus its sink column, head {j}; sink = that share, 1 - row sum"
+SINK_TITLE = "alpha = Softmax([scores + Mask, s_{j}]) without its last column, head {j}; sink = 1 - row sum"
 
 
 def with_sink_column(weights, share, cols, masked):  # [m, n], [m] -> [m, 1 + n]: the sink's share first
