@@ -103,6 +103,10 @@ def emit_model(sh, fmt: str) -> None:
         dims["rotary_dims"] = r.rot
     if r is not None and r.kind == "longrope":  # Phi-3: short factors up to this length, long ones beyond
         dims["longrope_switch"] = r.original_max_positions
+    if c.attention is not None and c.attention.sinks:  # gpt-oss: a learned sink logit per head
+        dims["sinks"] = True
+    if getattr(c, "moe", None) is not None:  # a mixture-of-experts MLP: E experts, k chosen per token
+        dims |= {"experts": c.moe.experts, "experts_per_token": c.moe.top_k}
     # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
     scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)
     if fmt == "json":

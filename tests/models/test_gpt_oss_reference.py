@@ -119,6 +119,7 @@ def test_config_layers_rope_and_experts(gpt_oss):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["total_parameters"] == doc["file_parameters"] == sum(p.numel() for p in model.parameters())
+    assert (doc["sinks"], doc["experts"], doc["experts_per_token"]) == (True, 4, 2)
 
 
 @pytest.mark.parametrize(
