@@ -50,6 +50,7 @@ class Moe:
     groups: int = 1  # n_group: experts split in groups (sigmoid_groups)
     top_groups: int = 1  # topk_group: the groups a token may choose from
     dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead (mlp_only_layers, first_k_dense_replace)
+    names: str = "mixtral"  # how the checkpoint names the router and experts (moe_config.NAMES)
 
     def __post_init__(self):
         for name in ("experts", "top_k", "d_expert", "groups", "top_groups"):
@@ -158,6 +159,19 @@ def route(z, o: Moe, correction=None) -> Routing:  # [m, E] -> Routing([m, k], [
     return Routing(top, g.astype(z.dtype, copy=False))
 
 
+def stacked(routing: dict, n_layers: int) -> dict:  # {layer: Routing [m, k]} -> router_top, router_weights (L, m, k)
+    """Every layer's routing as two arrays (a Result's router_top and router_weights): a dense layer's rows are -1
+    (no expert) and weight 0. Empty for a model without experts."""
+    if not routing:
+        return {}
+    top0, g0 = next(iter(routing.values()))
+    top = np.full((n_layers, *top0.shape), -1, dtype=np.int64)
+    g = np.zeros((n_layers, *g0.shape), dtype=g0.dtype)
+    for l, (t, w) in routing.items():
+        top[l], g[l] = t, w
+    return {"router_top": top, "router_weights": g}
+
+
 def mixture(x, routing: Routing, expert_fn, scale_input: bool = False):  # [m, d], ([m, k], [m, k]) -> [m, d]
     """sum_j g_ij FFN_top_ij(x_i), each expert run once on the tokens routed to it (ascending expert order, as
     transformers adds them). expert_fn(e, x_rows [r, d]) -> [r, d]. scale_input: FFN_top_ij(g_ij x_i) (Llama 4)."""
@@ -193,3 +207,17 @@ def moe_mlp(x, router, o: Moe, experts, shared=None, correction=None):  # [m, d]
     if shared is not None:
         y += shared(x)
     return y, routing
+
+
+@dataclass
+class MoeLayer:
+    """One layer's MoE weights: the router W_r (a layers.Linear), the experts, the shared expert(s) and DeepSeek's
+    e_score_correction_bias (None where the family has none)."""
+
+    router: object  # x -> z [m, E]
+    experts: object  # (e, x_rows) -> [r, d]: Experts, or a family's own
+    shared: object = None  # x -> [m, d]
+    correction: np.ndarray | None = None  # [E]
+
+    def __call__(self, x, o: Moe):  # [m, d] -> [m, d], Routing
+        return moe_mlp(x, self.router, o, self.experts, self.shared, self.correction)
