@@ -81,3 +81,20 @@ def test_qwen3_moe_dense_layers_follow_mlp_only_layers_and_sparse_step(tmp_path,
     assert a.config.mlp.moe.dense_layers == (1,)  # mlp_only_layers [1]
     assert b.config.mlp.moe.dense_layers == (0, 2)  # decoder_sparse_step 2: layers 1 and 3 are MoE
     assert a.params.blocks[1].moe is None and a.params.blocks[0].moe is not None
+
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen3_moe"])
+def test_experts_are_counted_and_read_with_their_layer(name, tmp_path, torch, transformers):
+    model = build(transformers, torch, name, tmp_path)
+    ours = load_model(tmp_path, dtype="float32")
+    assert sum(p.params for p in ours.parameters()) == sum(p.numel() for p in model.parameters())
+    layer0 = sum(p.numel() for n, p in model.named_parameters() if n.startswith("model.layers.0."))
+    assert ours.params.blocks.layer_bytes[0] == 4 * layer0  # the experts are in the streamed layer's bytes
+    ids = [int(i) for i in np.random.default_rng(3).integers(3, 1400, 12)]
+    resident = ours.forward(ids)
+    stream = load_model(tmp_path, dtype="float32")
+    stream.fit_weights(0)  # nothing resident: each layer (its experts too) read when the pass reaches it
+    assert stream.params.blocks.resident == 0
+    again = stream.forward(ids)
+    np.testing.assert_array_equal(again.router_top, resident.router_top)
+    np.testing.assert_allclose(again.hidden_states, resident.hidden_states, rtol=0, atol=0)
