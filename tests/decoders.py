@@ -103,6 +103,26 @@ def attentions(torch, model, ids) -> list:
     return [a[0].numpy() for a in out.attentions]
 
 
+def reference_routing(torch, model, ids) -> dict:
+    """layer -> (top [m, k], weights [m, k]) from the router module of each MoE layer (its forward's output)."""
+    seen, handles = {}, []
+    for l, layer in enumerate(model.model.layers):
+        moe = getattr(layer, "block_sparse_moe", None) or layer.mlp
+        if not hasattr(moe, "gate") or not hasattr(moe.gate, "top_k"):
+            continue  # a dense MLP layer
+
+        def keep(module, args, out, l=l):
+            _, weights, top = out
+            seen[l] = (top.numpy(), weights.double().numpy())
+
+        handles.append(moe.gate.register_forward_hook(keep))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in handles:
+        h.remove()
+    return seen
+
+
 class float64_everywhere:  # noqa: N801  (a context manager, used like a function)
     """transformers computes RoPE frequencies (and LongRoPE's factors), RMSNorm and the eager softmax in float32 even
     in a float64 model; inside this context every float32 request becomes float64, so a model built here is float64

@@ -16,7 +16,7 @@ import copy
 
 import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin
+from decoders import attentions, build, float64_everywhere, float64_twin, reference_routing
 from gguf_convert import as_stored, convert, expressible, permute
 from helpers import reference_import
 
@@ -44,6 +44,9 @@ CASES = {
     "qwen3": ("qwen3", False, False),
     "gemma2": ("gemma2", False, False),
     "gemma3": ("gemma3_text", False, False),
+    "mixtral": ("mixtral", False, False),  # mixtures of experts: llama with experts, qwen3moe, olmoe
+    "qwen3_moe": ("qwen3_moe", False, False),
+    "olmoe": ("olmoe", False, False),
     "gpt_neox-f16": ("gpt_neox-sequential", True, False),
     "olmo2-f16": ("olmo2", True, False),
     "llama-tied-bias-f16": ("llama-tied-bias", True, False),
@@ -172,10 +175,25 @@ def test_the_config_read_from_the_metadata(case, made):
     assert c.norm_eps == float(np.float32(h.rms_norm_eps))
     bias, mlp_bias = getattr(h, "attention_bias", False), getattr(h, "mlp_bias", False)
     assert c.attention.qkv_bias is (kind == "qwen2" or bias) and c.mlp.bias is mlp_bias
-    assert c.attention.qk_norm == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head"}.get(kind)
+    assert c.attention.qk_norm == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head", "qwen3_moe": "head",
+                                   "olmoe": "flat"}.get(kind)  # fmt: skip
     if kind == "gemma3_text":  # the sliding layers' base from rope.freq_base_swa, unscaled
         local = c.rope.ropes["sliding_attention"]
         assert (local.theta, local.kind, rope.factor) == (300.0, "default", 2.0)
+
+
+@pytest.mark.parametrize("case", ["mixtral", "qwen3_moe", "olmoe"])
+def test_moe_routing_read_from_stacked_experts_equals_transformers(case, made, libs):
+    """Each expert read back alone from its layer's stack (ffn_*_exps): the router's choices and weights are
+    transformers', layer by layer."""
+    path, model = made(case)
+    ours = load_model(path, dtype="float32")
+    ids = ids_for(15, 4)
+    want, run = reference_routing(libs[0], model, ids), ours.forward(ids)
+    assert sorted(want) == list(range(model.config.num_hidden_layers))  # llama.cpp: experts in every layer
+    for layer, (top, g) in want.items():
+        np.testing.assert_array_equal(run.router_top[layer], top, err_msg=f"{case} layer {layer}")
+        np.testing.assert_allclose(run.router_weights[layer], g, atol=1e-5, rtol=0)
 
 
 def test_without_rope_freq_base_gpt_neox_turns_at_llama_cpps_10000(made, tmp_path, libs):

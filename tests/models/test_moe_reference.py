@@ -6,31 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decoders import MOE, build, float64_everywhere, float64_twin
+from decoders import MOE, build, float64_everywhere, float64_twin, reference_routing
 
 from qkv_cli.models import load_model
 
 pytestmark = pytest.mark.reference
-
-
-def reference_routing(torch, model, ids) -> dict:
-    """layer -> (top [m, k], weights [m, k]) from the router module of each MoE layer (its forward's output)."""
-    seen, handles = {}, []
-    for l, layer in enumerate(model.model.layers):
-        moe = getattr(layer, "block_sparse_moe", None) or layer.mlp
-        if not hasattr(moe, "gate") or not hasattr(moe.gate, "top_k"):
-            continue  # a dense MLP layer
-
-        def keep(module, args, out, l=l):
-            _, weights, top = out
-            seen[l] = (top.numpy(), weights.double().numpy())
-
-        handles.append(moe.gate.register_forward_hook(keep))
-    with torch.no_grad():
-        model(torch.tensor([ids]))
-    for h in handles:
-        h.remove()
-    return seen
 
 
 def assert_same_routing(run, want: dict, n_layers: int, atol: float):
