@@ -77,3 +77,15 @@ def test_json_and_npz_hold_router_top_and_router_weights(folders, tmp_path):
 def test_a_dense_model_exports_no_router_arrays(folders):
     doc = json.loads(invoke("run", TEXT, "--model", str(folders["llama"]), "--format", "json").stdout)
     assert "router_top" not in doc and "router_weights" not in doc
+
+
+def test_shapes_names_the_experts_and_counts_their_parameters(folders):
+    r = invoke("shapes", "--model", str(folders["qwen3_moe"]), "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["experts"], doc["top_k"], doc["d_expert"], doc["dense_mlp_layers"]) == (4, 2, 12, [1])
+    assert doc["parameters"]["W_up_experts"] == {"shape": [16, 12], "count": 4, "params": 4 * 16 * 12}
+    head = doc["parameters"]["lm_head"]["params"]  # the tiny checkpoint stores no output head
+    assert doc["total_parameters"] - head == doc["file_parameters"]  # every stored expert counted
+    r = invoke("shapes", "--model", str(folders["mixtral"]))
+    assert "experts=4 top_k=2" in r.output and "W_router" in r.output
