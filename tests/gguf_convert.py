@@ -294,6 +294,21 @@ def checkpoint_tensors(model, h: dict):
                 yield merged + ".weight", data
 
 
+def parameter(name: str) -> str:
+    """The model's own parameter behind a checkpoint (or merged) tensor name of a mixture of experts: transformers
+    holds a layer's experts as experts.gate_up_proj [E, 2 d_e, d] and experts.down_proj, its router as mlp.gate."""
+    name = name.replace("block_sparse_moe.", "mlp.").replace("layers.", "model.layers.", not name.startswith("model."))
+    for stacked, fused in ((".feed_forward.experts.w1.", ".mlp.experts.gate_up_proj"),
+                           (".feed_forward.experts.w3.", ".mlp.experts.gate_up_proj"),
+                           (".feed_forward.experts.w2.", ".mlp.experts.down_proj"),
+                           (".mlp.experts.gate_proj.", ".mlp.experts.gate_up_proj"),
+                           (".mlp.experts.up_proj.", ".mlp.experts.gate_up_proj"),
+                           (".mlp.experts.down_proj.", ".mlp.experts.down_proj")):  # fmt: skip
+        if stacked in name:
+            return name.split(stacked)[0] + fused
+    return name
+
+
 def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> set[str]:
     """Write `model` to `path` as convert_hf_to_gguf.py does; returns the Hugging Face names stored as F16."""
     from qkv_cli.text.tokens import BPE_PATH
@@ -318,7 +333,7 @@ def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> se
         assert new is not None, f"llama.cpp has no name for {name}"
         half = f16 and x.ndim > 1 and new.endswith(".weight") and not new.endswith("_norm.weight")
         if half:
-            halves.add(name)
+            halves.add(parameter(name) if h["model_type"] in MOE else name)
         w.add_tensor(new, x.astype(np.float16 if half else np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -190,10 +190,10 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
         up, gate = linear(p + "up"), linear(p + "gate") if p + "gate.w" in names else None
     roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
     norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
-    if p + "router.w" in names:  # E experts, stacked: [E, d_e, d], [E, d_e, d], [E, d, d_e]
+    if p + "router.w" in names:  # E experts: E x [d_e, d], E x [d_e, d], E x [d, d_e], as read (no stacked copy)
         E = c.mlp.moe.experts
-        stacked = [np.stack([get(f"{p}experts.{e}.{x}.w") for e in range(E)]) for x in ("gate", "up", "down")]
-        experts = MoeLayer(linear(p + "router"), Experts(*stacked, ACTIVATIONS[c.activation]))
+        each = [[get(f"{p}experts.{e}.{x}.w") for e in range(E)] for x in ("gate", "up", "down")]
+        experts = MoeLayer(linear(p + "router"), Experts(*each, ACTIVATIONS[c.activation]))
         return Block(AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk), norms, None, None, None, experts)
     return Block(
         AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),

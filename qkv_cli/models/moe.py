@@ -21,6 +21,7 @@ expert go through it (`mixture`). numpy only; every step keeps the input's dtype
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -186,11 +187,12 @@ def mixture(x, routing: Routing, expert_fn, scale_input: bool = False):  # [m, d
 
 @dataclass
 class Experts:
-    """E gated expert MLPs stacked: FFN_e(x) = W_down[e] (act(W_gate[e] x) * W_up[e] x), PyTorch's (out, in)."""
+    """E gated expert MLPs: FFN_e(x) = W_down[e] (act(W_gate[e] x) * W_up[e] x), each matrix PyTorch's (out, in).
+    A stacked array [E, out, in] or a list of E matrices (as read: no stacked copy of a layer's experts)."""
 
-    gate: np.ndarray  # [E, d_e, d]
-    up: np.ndarray  # [E, d_e, d]
-    down: np.ndarray  # [E, d, d_e]
+    gate: Sequence[np.ndarray]  # E x [d_e, d]
+    up: Sequence[np.ndarray]  # E x [d_e, d]
+    down: Sequence[np.ndarray]  # E x [d, d_e]
     act: object  # the activation function (layers.ACTIVATIONS)
 
     def __call__(self, e: int, x):  # [r, d] -> [r, d]

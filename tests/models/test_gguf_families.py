@@ -52,6 +52,7 @@ CASES = {
     "llama-tied-bias-f16": ("llama-tied-bias", True, False),
     "gemma2-f16": ("gemma2", True, False),
     "gemma3-f16": ("gemma3_text", True, False),
+    "mixtral-f16": ("mixtral", True, False),  # F16 expert stacks: each expert's rows dequantized alone
 }
 F32_CASES = [case for case, (_, f16, _) in CASES.items() if not f16]
 
@@ -385,3 +386,18 @@ def test_bad_rope_freqs_in_a_file_are_one_line(values, message, tmp_path, libs):
     with pytest.raises(QkvError) as exc:
         load_model(tmp_path / "x.gguf")
     assert "\n" not in str(exc.value) and message in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize("used, fragment", [(5, "'num_experts_per_tok' (5) cannot exceed 'num_local_experts' (4)"),
+                                            (0, "'num_experts_per_tok' must be at least 1, got 0")])  # fmt: skip
+def test_contradictory_expert_counts_in_gguf_metadata_are_one_line_exit_2(used, fragment, made, libs, tmp_path):
+    from typer.testing import CliRunner
+
+    from qkv_cli.cli import app
+
+    _, model = made("mixtral")
+    bad = copy.deepcopy(model)
+    bad.config.num_experts_per_tok = used  # written as mixtral's expert_used_count
+    convert(libs[2], bad, tmp_path / "bad.gguf")
+    r = CliRunner().invoke(app, ["run", "a b c", "--model", str(tmp_path / "bad.gguf")])
+    assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
