@@ -24,6 +24,16 @@ def rows(run, layer: int, precision: int) -> list[list[str]]:
             for i, label in enumerate(run.labels)]  # fmt: skip
 
 
+def csv_rows(run, layers):
+    """CSV rows (views.export.CSV_HEADER, after the layer): matrix "experts", query i, key the expert, the token,
+    no key token, and the weight g: one row per token and chosen expert."""
+    for l in layers:
+        for i, label in enumerate(run.labels):
+            for e, w in zip(run.router_top[l, i], run.router_weights[l, i], strict=True):
+                if e >= 0:
+                    yield [l, "experts", "", i, int(e), label, "", float(w)]
+
+
 def emit(run, layers, precision: int) -> None:
     """A table per layer in `layers` (a dense layer of a MoE model says so in one line)."""
     from rich import box

@@ -43,7 +43,7 @@ def _routing(run: Result) -> dict:
     dense layer's rows are -1 and 0."""
     if run.router_top is None:
         return {}
-    return {"router_top": run.router_top, "router_weights": run.router_weights}
+    return {"router_top": run.router_top.tolist(), "router_weights": run.router_weights}  # indices: JSON ints
 
 
 def layer_arrays(result: Result) -> dict:

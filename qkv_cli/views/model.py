@@ -34,6 +34,10 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         writer.writerow(["layer", *export.CSV_HEADER])
         for l, r in run.layers.items():
             writer.writerows([l, *row] for row in export.csv_rows(r, show, heads))
+        if experts and run.router_top is not None:
+            from qkv_cli.views.experts import csv_rows
+
+            writer.writerows(csv_rows(run, list(run.layers)))
     else:
         for r in run.layers.values():
             if show:

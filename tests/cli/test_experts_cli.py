@@ -63,6 +63,7 @@ def test_json_and_npz_hold_router_top_and_router_weights(folders, tmp_path):
     doc = json.loads(r.stdout)
     assert np.array(doc["router_top"]).shape == np.array(doc["router_weights"]).shape == (L, m, k)
     np.testing.assert_array_equal(doc["router_top"], run.router_top)
+    assert all(type(e) is int for row in doc["router_top"][0] for e in row)  # expert indices, not floats
     assert doc["router_top"][1] == [[-1, -1]] * m  # layer 1 is dense (mlp_only_layers)
     npz = tmp_path / "a.npz"
     r = invoke("run", TEXT, "--model", str(folders["qwen3_moe"]), "--save-npz", str(npz))
@@ -89,3 +90,15 @@ def test_shapes_names_the_experts_and_counts_their_parameters(folders):
     assert doc["total_parameters"] - head == doc["file_parameters"]  # every stored expert counted
     r = invoke("shapes", "--model", str(folders["mixtral"]))
     assert "experts=4 top_k=2" in r.output and "W_router" in r.output
+
+
+def test_csv_rows_of_the_routing(folders):
+    r = invoke("run", TEXT, "--model", str(folders["mixtral"]), "--show", "experts", "--format", "csv", "--layer", "1")
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.strip().split("\n")
+    run = load_model(folders["mixtral"]).run(TEXT)
+    rows = [line.split(",") for line in lines[1:]]
+    assert lines[0].startswith("layer,matrix") and len(rows) == 2 * len(run.labels)
+    first = rows[0]
+    assert first[:6] == ["1", "experts", "", "0", str(run.router_top[1, 0, 0]), run.labels[0]]
+    assert abs(float(first[-1]) - run.router_weights[1, 0, 0]) < 1e-6
