@@ -102,3 +102,14 @@ def test_csv_rows_of_the_routing(folders):
     first = rows[0]
     assert first[:6] == ["1", "experts", "", "0", str(run.router_top[1, 0, 0]), run.labels[0]]
     assert abs(float(first[-1]) - run.router_weights[1, 0, 0]) < 1e-6
+
+
+def test_the_python_api_returns_the_routing(folders):
+    import qkv_cli as qkv
+
+    r = qkv.run(TEXT, model=str(folders["mixtral"]))
+    top, weights = r.routing
+    run = load_model(folders["mixtral"]).run(TEXT)
+    np.testing.assert_array_equal(top, run.router_top)
+    np.testing.assert_allclose(weights, run.router_weights, rtol=1e-5)
+    assert qkv.run(TEXT, model=str(folders["llama"])).routing is None
