@@ -50,11 +50,19 @@ CASES = {
                             "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
     "qwen3_moe": ("qwen3_moe", {"head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
                                 "norm_topk_prob": True, "mlp_only_layers": [1]}),
+    "qwen3_moe-sliding": ("qwen3_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                        "use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}),
     "qwen3_moe-step": ("qwen3_moe", {"num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
                                      "moe_intermediate_size": 24, "decoder_sparse_step": 2}),
     "olmoe": ("olmoe", {"num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}),
 }  # fmt: skip
-MOE = ("mixtral", "qwen3_moe", "qwen3_moe-step", "olmoe")  # mixtures of experts: 4 experts, top-k 2
+MOE = (
+    "mixtral",
+    "qwen3_moe",
+    "qwen3_moe-sliding",
+    "qwen3_moe-step",
+    "olmoe",
+)  # mixtures of experts: 4 experts, top-k 2
 
 
 def eager(model_type: str) -> dict:

@@ -16,7 +16,7 @@ from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
 from qkv_cli.models.options import FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.rope import Rope
 
-SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope")
+SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope", "switch")
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,8 @@ class Spec:
 
     bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or (q, k, v bias, o bias) fixed by the
     family (Qwen 2); mlp_bias: a key and default, or a fixed bool. sliding: how layers become sliding when
-    config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3).
+    config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3),
+    "switch" (Qwen3-MoE: every layer iff use_sliding_window and sliding_window).
     act: the activation's keys in order, then its default. partial, theta, local_theta: (key, default).
     grouped: False for a family without grouped-query attention (GPT-NeoX: G = tau whatever
     `num_key_value_heads` says, as transformers reads it)."""
@@ -170,6 +171,9 @@ def layer_types(keys, n_layers: int, sliding, nope=()) -> tuple[str, ...]:
         return tuple(given) if sliding else tuple(FULL for _ in given)
     if sliding == "nope":  # SmolLM3: the NoPE layers slide
         return tuple(SLIDING if i in nope else FULL for i in range(n_layers))
+    if sliding == "switch":  # Qwen3-MoE: use_sliding_window turns the window on for every layer
+        on = keys.get("use_sliding_window", False) is True and keys.get("sliding_window", None) is not None
+        return tuple(SLIDING if on else FULL for _ in range(n_layers))
     if sliding == "all":
         return tuple(SLIDING if keys.get("sliding_window", None) is not None else FULL for _ in range(n_layers))
     if sliding == "qwen":

@@ -42,6 +42,13 @@ def test_qwen3_moe_reads_both_spellings_of_the_expert_count_and_the_sparse_step(
     assert c.mlp.moe.experts == 6 and c.mlp.moe.dense_layers == (0, 1)  # only layer 2: (2 + 1) % 3 == 0
 
 
+def test_qwen3_moe_slides_every_layer_only_with_use_sliding_window():
+    on = config("qwen3_moe", use_sliding_window=True, sliding_window=5, max_window_layers=1).attention
+    off = config("qwen3_moe", sliding_window=5).attention  # transformers drops the window without the switch
+    assert on.layer_types == ("sliding_attention",) * 3 and on.sliding_window == 5
+    assert off.layer_types == ("full_attention",) * 3 and off.sliding_window is None
+
+
 def test_tensors_and_parameter_table_count_every_expert():
     c = config("qwen3_moe")
     shapes = family_for("qwen3_moe").tensor_shapes(c)
