@@ -39,11 +39,11 @@ def read_config(keys) -> dict:
         moe = Moe(experts=keys.int("num_local_experts"), top_k=keys.int("num_experts_per_tok"),
                   router="topk_softmax", d_expert=fields["d_ff"])  # fmt: skip
         swiglu = (keys.number("swiglu_alpha", 1.702), keys.number("swiglu_limit", 7.0))
-        mlp = replace(fields["mlp"], swiglu=swiglu, bias=True)
+        mlp = replace(fields["mlp"], swiglu=swiglu, bias=True, moe=moe)
     except QkvError as exc:
         message = str(exc)
         raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
-    return fields | {"attention": replace(fields["attention"], sinks=True), "mlp": mlp, "moe": moe}
+    return fields | {"attention": replace(fields["attention"], sinks=True), "mlp": mlp}
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Block:
 def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     """The shared decoder's names without its dense MLP, plus each layer's sinks, router and experts."""
     out = {k: v for k, v in decoder_names.tensor_names(c).items() if ".mlp." not in k}
-    E, d, de = c.moe.experts, c.d, c.moe.d_expert
+    E, d, de = c.mlp.moe.experts, c.d, c.mlp.moe.d_expert
     for l in range(c.n_layers):
         p, r = f"layers.{l}.", f"{l}."
         out[p + "self_attn.sinks"] = ((c.n_heads,), r + "sinks")
@@ -101,7 +101,7 @@ def fixed_keys(c: ModelConfig) -> list[str]:
 
 def parameter_table(c: ModelConfig) -> list[Param]:
     """The decoder's table with the dense MLP replaced by the sinks, the router and the E experts."""
-    L, d, E, de = c.n_layers, c.d, c.moe.experts, c.moe.d_expert
+    L, d, E, de = c.n_layers, c.d, c.mlp.moe.experts, c.mlp.moe.d_expert
     dense = ("W_gate", "W_up", "W_down", "b_gate", "b_up", "b_down")
     out = [p for p in decoder_params.parameter_table(c) if p.name not in dense]
     at = next(i for i, p in enumerate(out) if p.name == "final_norm")
@@ -157,8 +157,8 @@ def block(p, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, v
     h_ = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
     parts = self_attention(b.norms["attn_in"](x), b.attn, h_, mask, kernel, cache, into, rows)
     h = x + parts.output
-    f, _ = moe_mlp(b.norms["mlp_in"](h), b.router, c.moe, b.experts)
-    return h + f, parts
+    f, routing = moe_mlp(b.norms["mlp_in"](h), b.router, c.mlp.moe, b.experts)
+    return h + f, parts._replace(routing=routing)  # the routing goes out with the attention's parts
 
 
 def layer_extras(p, c: ModelConfig, layer: int, m: int, dtype) -> dict:

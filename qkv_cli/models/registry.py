@@ -40,6 +40,9 @@ FAMILIES = {
     "smollm3": "qkv_cli.models.smollm3",
     "phi3": "qkv_cli.models.phi3",
     "gpt_oss": "qkv_cli.models.gpt_oss",
+    "mixtral": "qkv_cli.models.mixtral",  # mixtures of experts (models.moe)
+    "qwen3_moe": "qkv_cli.models.qwen3_moe",
+    "olmoe": "qkv_cli.models.olmoe",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "bart": "qkv_cli.models.bart",

@@ -39,7 +39,7 @@ def test_the_file_is_gpt_oss_with_mxfp4_experts(made):
     kinds = {n.split(".")[2]: t.kind for n, t in f.tensors.items() if n.startswith("blk.0.") and n.endswith(".weight")}
     assert kinds["ffn_gate_exps"] == kinds["ffn_up_exps"] == kinds["ffn_down_exps"] == "MXFP4"
     c = load_model(path).config
-    assert (c.family, c.moe.experts, c.moe.top_k, c.attention.sinks) == ("gpt_oss", 4, 2, True)
+    assert (c.family, c.mlp.moe.experts, c.mlp.moe.top_k, c.attention.sinks) == ("gpt_oss", 4, 2, True)
     assert c.attention.layer_types == tuple(model.config.layer_types)
 
 

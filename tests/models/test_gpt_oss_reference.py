@@ -100,7 +100,7 @@ def test_router_chooses_as_transformers(gpt_oss, torch):
         h.remove()
     for l, (x, (_, scores, indices)) in enumerate(seen):
         blk = ours.params.blocks[l]
-        top, g = route(blk.router(x.numpy()), ours.config.moe)
+        top, g = route(blk.router(x.numpy()), ours.config.mlp.moe)
         np.testing.assert_array_equal(top, indices.numpy())
         np.testing.assert_allclose(g, scores.numpy(), atol=1e-6)
         assert len({tuple(sorted(t)) for t in top}) > 1
@@ -114,12 +114,12 @@ def test_config_layers_rope_and_experts(gpt_oss):
                                                                           "sliding_attention")  # fmt: skip
     r = c.rope.of("", 0)
     assert (r.kind, r.truncate, r.factor, r.original_max_positions) == ("yarn", False, 4.0, 16)
-    assert (c.moe.experts, c.moe.top_k, c.moe.router, c.mlp.swiglu) == (4, 2, "topk_softmax", (1.702, 1.5))
+    assert (c.mlp.moe.experts, c.mlp.moe.top_k, c.mlp.moe.router, c.mlp.swiglu) == (4, 2, "topk_softmax", (1.702, 1.5))
     r = CliRunner().invoke(app, ["shapes", "--model", str(folder), "--format", "json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["total_parameters"] == doc["file_parameters"] == sum(p.numel() for p in model.parameters())
-    assert (doc["sinks"], doc["experts"], doc["experts_per_token"]) == (True, 4, 2)
+    assert (doc["sinks"], doc["experts"], doc["top_k"]) == (True, 4, 2)
 
 
 @pytest.mark.parametrize(
