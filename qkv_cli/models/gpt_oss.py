@@ -77,7 +77,8 @@ class Block:
 
 def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
     """The shared decoder's names without its dense MLP, plus each layer's sinks, router and experts."""
-    out = {k: v for k, v in decoder_names.tensor_names(c).items() if ".mlp." not in k}
+    dense = replace(c, mlp=replace(c.mlp, moe=None))  # the names of everything but the MLP: gpt-oss's own below
+    out = {k: v for k, v in decoder_names.tensor_names(dense).items() if ".mlp." not in k}
     E, d, de = c.mlp.moe.experts, c.d, c.mlp.moe.d_expert
     for l in range(c.n_layers):
         p, r = f"layers.{l}.", f"{l}."
@@ -103,7 +104,8 @@ def parameter_table(c: ModelConfig) -> list[Param]:
     """The decoder's table with the dense MLP replaced by the sinks, the router and the E experts."""
     L, d, E, de = c.n_layers, c.d, c.mlp.moe.experts, c.mlp.moe.d_expert
     dense = ("W_gate", "W_up", "W_down", "b_gate", "b_up", "b_down")
-    out = [p for p in decoder_params.parameter_table(c) if p.name not in dense]
+    plain = replace(c, mlp=replace(c.mlp, moe=None))  # the decoder's rows but the MLP's: gpt-oss's own below
+    out = [p for p in decoder_params.parameter_table(plain) if p.name not in dense]
     at = next(i for i, p in enumerate(out) if p.name == "final_norm")
     out[at:at] = [
         Param("sinks", "s_j", (1,), L * c.n_heads, "sink logit of head j (a softmax column that is dropped)"),
