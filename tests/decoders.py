@@ -129,14 +129,15 @@ def reference_routing(torch, model, ids) -> dict:
     seen, handles = {}, []
     for l, layer in enumerate(model.model.layers):
         moe = getattr(layer, "block_sparse_moe", None) or layer.mlp
-        if not hasattr(moe, "gate") or not hasattr(moe.gate, "top_k"):
+        router = getattr(moe, "gate", None) or getattr(moe, "router", None)  # gpt-oss: mlp.router
+        if not hasattr(router, "top_k"):
             continue  # a dense MLP layer
 
         def keep(module, args, out, l=l):
             _, weights, top = out
             seen[l] = (top.numpy(), weights.double().numpy())
 
-        handles.append(moe.gate.register_forward_hook(keep))
+        handles.append(router.register_forward_hook(keep))
     with torch.no_grad():
         model(torch.tensor([ids]))
     for h in handles:

@@ -88,8 +88,8 @@ class Mlp:
     gated: bool = True  # W_down (act(W_gate x) * W_up x); else W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
     bias: bool = False
     parallel_residual: bool = False  # GPT-NeoX: x' = MLP(N_2(x)) + Att(N_1(x)) + x
-    swiglu: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU: (alpha, limit), swiglu_alpha / _limit
     moe: Moe | None = None  # a mixture of experts (Mixtral ...): its router and experts; None: dense
+    swiglu: tuple[float, float] | None = None  # gpt-oss's clamped SwiGLU: (alpha, limit), swiglu_alpha / _limit
 
     def __post_init__(self):
         for name in ("gated", "bias", "parallel_residual"):
