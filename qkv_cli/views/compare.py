@@ -66,11 +66,11 @@ def tables(cmp: Comparison, head: int | None, precision: int, top: int | None) -
     li = cmp.layers.index(l)
     at = f"layer {l}, head {j}" if cmp.checkpoint else f"head {j}"
     why = "" if head is not None else " (the head that moved most here; --head picks another)"
-    out.print(Text(f"{at}{why}: TV {cmp.tv[li, j]:.3f}"))
+    out.print(Text(f"alpha of {at}{why}: TV {cmp.tv[li, j]:.3f}"))
     half = max(20, (out.width - 3) // 2)
     sides = []
     for name, run, w, side in (("A", cmp.a, cmp.weights_a, "a"), ("B", cmp.b, cmp.weights_b, "b")):
-        table, note = matrix_table(f"{name}: alpha, {at}", w[li, j], run.labels, run.labels, precision, half,
+        table, note = matrix_table(name, w[li, j], run.labels, run.labels, precision, half,
                                    weights=True, masked=cmp.masked(side, l))  # fmt: skip
         sides.append(table if note is None else _with_note(table, note))
     grid = Table.grid(padding=(0, 3))
@@ -79,7 +79,7 @@ def tables(cmp: Comparison, head: int | None, precision: int, top: int | None) -
     al = cmp.alignment
     both = cmp.masked("a", l)[np.ix_(al.a, al.a)] & cmp.masked("b", l)[np.ix_(al.b, al.b)]
     labels = diff_labels(cmp)
-    table, note = matrix_table(f"B - A, {at}, aligned positions", cmp.diff[li, j], labels, labels, precision,
+    table, note = matrix_table("B - A (aligned positions)", cmp.diff[li, j], labels, labels, precision,
                                out.width, masked=both)  # fmt: skip
     out.print(table if note is None else _with_note(table, note))
     if both.any():
