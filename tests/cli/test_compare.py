@@ -136,8 +136,9 @@ def test_table_side_by_side_then_the_difference_and_the_heads_that_moved(tiny_pa
     r = invoke(["compare", "the cat sat", "the dog sat", "--model", base, "--top", "3"])
     assert r.exit_code == 0, r.output
     out = r.stdout
-    for piece in ("A: 'the cat sat' (3 tokens)", "B: 'the dog sat' (3 tokens)", "aligned by position",
-                  "B - A (aligned positions)", "Heads that moved most (3 of 8)", "TV: the total-variation"):  # fmt: skip
+    pieces = ("A: 'the cat sat' (3 tokens)", "B: 'the dog sat' (3 tokens)", "aligned by position",
+              "B - A (aligned positions)", "Heads that moved most (3 of 8)", "TV: the total-variation")  # fmt: skip
+    for piece in pieces:
         assert piece in out, piece
     side = next(line for line in out.splitlines() if line.lstrip().startswith("the ") and "1.00" in line)
     assert side.count("the") == 2  # A's row and B's row on one line: side by side
