@@ -63,7 +63,7 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
 
     Equal token counts are aligned position by position; different counts by their common start and end, the
     differing middle left out (the header says which positions)."""
-    from qkv_cli.api.compare import comparison
+    from qkv_cli.api.comparison import comparison
     from qkv_cli.views.compare import emit
     from qkv_cli.views.files import check_output_path
 
