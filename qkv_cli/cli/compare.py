@@ -24,8 +24,8 @@ from qkv_cli.cli.params import Opts, takes
 
 TextsArg = Annotated[
     list[str] | None,
-    typer.Argument(metavar="A [B]", show_default=False,
-                   help="Two texts to compare on one model, or one text to compare on two (--model twice)."),
+    typer.Argument(metavar="TEXT", show_default=False,
+                   help="A and B: two texts to compare on one model; or one TEXT to compare on two (--model twice)."),
 ]  # fmt: skip
 ModelsOpt = Annotated[
     list[str] | None,
@@ -75,6 +75,9 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
         check_image_path(out)
     values = vars(opts) | {"layer": layer[0] if layer else None}
     cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download)
+    from qkv_cli.cli.commands import noted
+
+    noted(cmp.a), noted(cmp.b)  # what --chat's template added, one line for each run
     emit(cmp, head, precision, format.value, top, save_npz)
     if out is not None:
         from qkv_cli.views.compare_figure import save
