@@ -26,7 +26,7 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
             raise QkvError(f"the texts must be str, got {type(text).__name__}")
     check_checkpoint_policy(values | {"model": models or None}, explicit)
     dtype = getattr(values.get("dtype"), "value", values.get("dtype")) or "float64"
-    loaded = tuple(_load(m, dtype, values.get("max_memory"), download) for m in models)
+    loaded = _load_all(models, dtype, values.get("max_memory"), download)
     layer = values.get("layer")
     if layer is not None and loaded:
         from qkv_cli.models import check_layer
@@ -38,15 +38,24 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
     return compare.run(req, texts, loaded)
 
 
-def _load(model, dtype: str, max_memory, download: bool):
-    if isinstance(model, str) or hasattr(model, "__fspath__"):
-        from qkv_cli.api.options import size_of
-        from qkv_cli.pipeline.checkpoint import load
+def _load_all(models: tuple, dtype: str, max_memory, download: bool) -> tuple:
+    """Each model loaded (or as given, loaded already); the second within what the first's weights leave."""
+    from qkv_cli.api.options import size_of
+    from qkv_cli.core.budget import default_max_memory
+    from qkv_cli.pipeline.checkpoint import load
+    from qkv_cli.pipeline.compare import within
 
-        return load(str(model), dtype, download, size_of(max_memory))
-    if hasattr(model, "config") and hasattr(model, "forward"):
-        return model
-    raise QkvError(f"model must be a name, a path or qkv.load(...)'s result, got {type(model).__name__}")
+    limit = size_of(max_memory) or default_max_memory()
+    loaded = []
+    for model in models:
+        if isinstance(model, str) or hasattr(model, "__fspath__"):
+            held = sum(m.weights_bytes for m in loaded)
+            model = within(limit, held, lambda spec=str(model), held=held: load(spec, dtype, download,
+                                                                                max(1, limit - held)))  # fmt: skip
+        elif not (hasattr(model, "config") and hasattr(model, "forward")):
+            raise QkvError(f"model must be a name, a path or qkv.load(...)'s result, got {type(model).__name__}")
+        loaded.append(model)
+    return tuple(loaded)
 
 
 class Comparison:

@@ -18,7 +18,7 @@ import numpy as np
 
 from qkv_cli.core import budget
 from qkv_cli.core.result import Kind, Result
-from qkv_cli.errors import QkvError
+from qkv_cli.errors import QkvError, TooLargeError
 from qkv_cli.pipeline.compare_align import Alignment, align
 from qkv_cli.pipeline.request import Request
 
@@ -74,6 +74,17 @@ class Comparison:
                              "key_a": int(al.a[k]), "query_b": int(al.b[q]), "key_b": int(al.b[k])})  # fmt: skip
         rows.sort(key=lambda r: (-r["tv"], r["layer"], r["head"]))
         return rows if top is None else rows[:top]
+
+
+def within(limit: int, held: int, call):
+    """call() under the budget less `held` bytes (what the other run and model keep); a refusal says so."""
+    if not held:
+        return call()
+    try:
+        return call()
+    except TooLargeError as exc:
+        raise TooLargeError(f"{exc} (what is left of --max-memory {budget.human(limit)} beside the "
+                            f"{budget.human(held)} the other run and model keep)") from None  # fmt: skip
 
 
 def weights_of(result: Result) -> tuple[tuple[int, ...], np.ndarray]:
@@ -143,12 +154,12 @@ def run(req: Request, texts: tuple[str, ...], models: tuple = ()) -> Comparison:
                            f"({model.name})")  # fmt: skip
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     runs = []
-    for text, model in pairs:  # the second run's budget is what the first left: both are kept
-        used = sum(weights_of(r)[1].nbytes for r in runs)
-        if used >= limit:
-            budget.check_budget(2 * used, limit, "a shorter text, or --dtype float32", what="comparing two runs")
-        side = replace(req, text=text, model=None if model is None else model.name, max_memory=limit - used)
-        runs.append(compute(side, model))
+    for at, (text, model) in enumerate(pairs):  # each run's budget is what the rest leaves: both runs are kept
+        held = sum(weights_of(r)[1].nbytes for r in runs)  # A's weights, while B runs
+        if mode == "models":
+            held += models[1 - at].weights_bytes  # the other model stays loaded
+        side = replace(req, text=text, model=None if model is None else model.name, max_memory=max(1, limit - held))
+        runs.append(within(limit, held, lambda side=side, model=model: compute(side, model)))
     a, b = runs
     if mode == "models":
         check_same_ids(a, b, names)

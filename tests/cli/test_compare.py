@@ -187,6 +187,12 @@ def test_model_refusals_are_one_line(tiny_pair, tmp_path):
         (["the cat", "--model", base, "--model", tuned, "--model", bert], ["two models"]),
         (["the cat", "the dog", "--model", base, "--d", "8"], ["--d cannot be used with --model"]),
         (["the cat", "the dog", "--model", base, "--layer", "5"], ["layer 5 does not exist"]),
+        (["the cat", "the dog", "--model", base, "--max-memory", "1KB"], ["more than --max-memory 1.0 KB"]),
+        # the second model is loaded within what the first leaves, and says so
+        (
+            ["the cat", "--model", base, "--model", tuned, "--max-memory", "60KB"],
+            ["tuned", "what is left of --max-memory 60.0 KB beside the"],
+        ),
     ]
     for args, fragments in cases:
         assert_one_line_error(invoke(["compare", *args]), *fragments)
