@@ -94,7 +94,8 @@ def _with_note(table, note):
     from rich.console import Group
     from rich.text import Text
 
-    return Group(table, Text(note.replace("--format csv, ", "--format json, "), style="italic"))
+    shown = note.split(";")[0]  # "showing 48 of 300 rows ..."
+    return Group(table, Text(f"{shown}; --format json, --save-npz or --out show all", style="italic"))
 
 
 def moved_table(cmp: Comparison, top: int):

@@ -201,3 +201,13 @@ def test_model_refusals_are_one_line(tiny_pair, tmp_path):
 def test_batch_with_a_model_points_to_compare(tiny_pair):
     line = assert_one_line_error(invoke(["run", "the cat\nthe dog", "--batch", "--model", tiny_pair[0]]))
     assert "qkv compare A B --model M" in line and "d, the heads" not in line
+
+
+@pytest.mark.reference
+def test_an_encoder_decoder_is_refused_in_one_line(transformers, torch, tmp_path):
+    from encdecs import build
+
+    folder = tmp_path / "t5"
+    build(transformers, torch, "t5", folder)
+    line = assert_one_line_error(invoke(["compare", "the cat", "the dog", "--model", folder]))
+    assert "not an encoder-decoder's" in line
