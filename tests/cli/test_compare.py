@@ -211,3 +211,13 @@ def test_an_encoder_decoder_is_refused_in_one_line(transformers, torch, tmp_path
     build(transformers, torch, "t5", folder)
     line = assert_one_line_error(invoke(["compare", "the cat", "the dog", "--model", folder]))
     assert "not an encoder-decoder's" in line
+
+
+def test_through_the_entry_point_in_a_subprocess():
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "qkv_cli", "compare", "the cat sat", "the dog sat", *SMALL, "--format", "json"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert json.loads(done.stdout)["alignment"]["differing"] == [1]
