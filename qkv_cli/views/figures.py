@@ -115,8 +115,10 @@ def norm(scale: str):
     return {"linear": Normalize(0.0, 1.0), "sqrt": PowerNorm(0.5, 0.0, 1.0), "log": LogNorm(1e-4, 1.0)}[scale]
 
 
-def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear", grid=None):
-    """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square.
+def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear", grid=None, settings=None):
+    """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square;
+    settings: the line the file's metadata keeps (default the subtitle). views.style's current style may replace
+    the title and subtitle, and sets the colour map, the dpi and the printed weights (--annotate).
 
     Every panel is an image in one Axes that covers the figure (data coordinates are inches), with its labels as
     plain texts: one Axes per panel with tick objects took most of the drawing time (about 0.6 s for 8 heads)."""
@@ -126,10 +128,16 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
+    from qkv_cli.views import style
+
     k = len(panels)
     check_panels(k)
     rows, cols = grid or near_square(k)
     m, n = panels[0][1].shape
+    style.check_annotate(m, n)
+    look = style.current()
+    settings = subtitle if settings is None else settings
+    title, subtitle = style.title_of(title), style.subtitle_of(subtitle)
     cell = min(0.32, max(0.07, 4.2 / max(m, n, 1)))
     pw, ph = max(2.4 * n / max(m, n), cell * n), max(2.4 * m / max(m, n), cell * m)
     fs = min(11.0, max(5.5, cell * 72 * 0.72))  # tick labels: as large as a cell allows
@@ -142,10 +150,11 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     lines = wrap_subtitle(subtitle, width)
     top = 0.55 + 0.17 * len(lines)
     height = top + rows * (ph + head_h) + (rows - 1) * gap + bottom
-    fig = Figure(figsize=(width, height))
+    fig = Figure(figsize=(width, height), dpi=look.dpi)
     ax = fig.add_axes((0, 0, 1, 1))
     ax.set_axis_off()
-    cmap = colormaps["viridis"].with_extremes(bad="#d9d9d9")
+    cmap = colormaps[look.cmap].with_extremes(bad="#d9d9d9")
+    label_w = max(len(s) for s in ylab) * fs * 0.6 / 72  # the longest row label's width, about
     tick = 2 / 72  # a tick mark: 2 points
     marks, crosses = [], ([], [])
     any_masked = False
@@ -165,22 +174,34 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
             if len(xx) <= 4000:
                 crosses[0].extend(x0 + (xx + 0.5) * pw / n)
                 crosses[1].extend(y0 + ph - (yy + 0.5) * ph / m)
-        if name:
-            ax.text(x0 + pw / 2, y0 + ph + 0.07, name, ha="center", va="baseline", fontsize=11, parse_math=False)
+        if look.annotate:
+            style.annotate(ax, weights, masked, (x0, y0, pw, ph), image)
+        if name:  # a long panel title (a layer's kind) gets smaller rather than run into its neighbour
+            size = min(11.0, (pw + gap * 0.8) * 72 / (0.6 * len(name)))
+            ax.text(x0 + pw / 2, y0 + ph + 0.07, name, ha="center", va="baseline", fontsize=size, parse_math=False)
         if c == 0:  # row labels on the first column, the column labels under the lowest panel of each column
             for i, label in zip(ys, ylab, strict=True):
                 y = y0 + ph - (i + 0.5) * ph / m
                 marks.append(((x0 - tick, y), (x0, y)))
                 ax.text(x0 - tick - 0.03, y, label, ha="right", va="center", **text)
-            ax.text(0.2, y0 + ph / 2, "queries", rotation=90, ha="center", va="center", fontsize=10)
+            ax.text(
+                max(0.05, x0 - tick - 0.1 - label_w),
+                y0 + ph / 2,
+                "queries",
+                rotation=90,
+                ha="right",
+                va="center",
+                fontsize=10,
+            )  # just left of its labels
         if r == rows - 1 or idx + cols >= k:
             for t, label in zip(xs, xlab, strict=True):
                 x = x0 + (t + 0.5) * pw / n
                 marks.append(((x, y0 - tick), (x, y0)))
                 ax.text(x, y0 - tick - 0.03, label, rotation=90, ha="center", va="top", **text)
+            label_h = max(len(s) for s in xlab) * fs * 0.6 / 72
             ax.text(
-                x0 + pw / 2, y0 - bottom + 0.15, "keys", ha="center", va="baseline", fontsize=10
-            )  # under its labels
+                x0 + pw / 2, max(0.05, y0 - tick - 0.1 - label_h), "keys", ha="center", va="top", fontsize=10
+            )  # just under its labels
     ax.add_collection(LineCollection(marks, colors="black", linewidths=0.8))
     if crosses[0]:
         ax.scatter(*crosses, marker="x", s=max(2.0, 50.0 / max(m, n)), c="#7f7f7f", linewidths=0.6)
@@ -195,11 +216,11 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     for i, line in enumerate(lines):
         fig.text(0.45 / width, 1 - (0.62 + 0.17 * i) / height, line, fontsize=8.5, color="#555555",
                  va="baseline", parse_math=False)  # fmt: skip
-    fig.qkv_meta = (title, subtitle)
+    fig.qkv_meta = (title, settings)
     return fig
 
 
-def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", scale="linear"):
+def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", scale="linear", settings=None):
     """attentions (L, k, m, n) as one mosaic: layers down, heads across, one m x n tile each (no token labels).
     masked: (L, m, n) bool per layer; kinds: a label per layer (e.g. "sliding", "full") or None.
 
@@ -208,6 +229,14 @@ def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", s
     from matplotlib import colormaps
     from matplotlib.figure import Figure
 
+    from qkv_cli.views import style
+
+    if style.current().annotate:
+        raise QkvError("--annotate prints weights in one layer's panels, not in the model view of every layer: "
+                       "give --layer")  # fmt: skip
+    look = style.current()
+    settings = subtitle if settings is None else settings
+    title, subtitle = style.title_of(title), style.subtitle_of(subtitle)
     L, k, m, n = attentions.shape
     gap = max(1, max(m, n) // 8)
     mosaic = np.full((L * (m + gap) - gap, k * (n + gap) - gap), np.nan)
@@ -217,11 +246,11 @@ def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", s
             mosaic[l * (m + gap) : l * (m + gap) + m, c * (n + gap) : c * (n + gap) + n] = tile
     width, height = max(min(24.0, 0.9 * k + 3.2), title_width(title)), min(30.0, 0.55 * L + 1.8)
     lines = wrap_subtitle(subtitle, width)
-    fig = Figure(figsize=(width, height + 0.17 * len(lines)))
+    fig = Figure(figsize=(width, height + 0.17 * len(lines)), dpi=look.dpi)
     H = height + 0.17 * len(lines)
     top = 0.55 + 0.17 * len(lines)
     ax = fig.add_axes((1.9 / width, 0.55 / H, (width - 3.1) / width, (H - top - 0.75) / H))
-    cmap = colormaps["viridis"].with_extremes(bad="white")
+    cmap = colormaps[look.cmap].with_extremes(bad="white")
     data = np.ma.masked_invalid(np.maximum(mosaic, 1e-4) if scale == "log" else mosaic)
     image = ax.imshow(data, cmap=cmap, norm=norm(scale), interpolation="nearest", aspect="auto")
     ax.set_xticks([c * (n + gap) + n / 2 - 0.5 for c in range(k)], [f"head {j}" for j in heads], fontsize=9)
@@ -236,7 +265,7 @@ def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", s
     fig.text(0.3 / width, 1 - 0.38 / H, title, fontsize=15, weight="bold", parse_math=False)
     for i, line in enumerate(lines):
         fig.text(0.3 / width, 1 - (0.62 + 0.17 * i) / H, line, fontsize=8.5, color="#555555", parse_math=False)
-    fig.qkv_meta = (title, subtitle)
+    fig.qkv_meta = (title, settings)
     return fig
 
 
@@ -273,5 +302,5 @@ def save_figure(fig, path) -> None:
     FigureCanvasAgg(fig)
     with atomic_write(p) as handle:
         extra = {"pil_kwargs": {"compress_level": 1}} if kind == "png" else {}  # zlib level 6 took ~0.2 s of 2.5
-        fig.savefig(handle, format=kind, dpi=110, metadata=meta, **extra)
+        fig.savefig(handle, format=kind, dpi=fig.dpi, metadata=meta, **extra)
     tell()
