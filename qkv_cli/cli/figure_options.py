@@ -19,7 +19,7 @@ SubtitleOpt = Annotated[
                  "heads, mask in words); '' or --no-subtitle for none. The settings stay in the file's metadata."),
 ]  # fmt: skip
 NoSubtitleOpt = Annotated[bool, typer.Option("--no-subtitle", help="Draw no subtitle.")]
-DpiOpt = Annotated[int, typer.Option("--dpi", min=DPI[0], max=DPI[1], help="Dots per inch of a PNG (slides: 150-300).")]
+DpiOpt = Annotated[int, typer.Option("--dpi", help=f"Dots per inch of a PNG, {DPI[0]}..{DPI[1]} (slides: 150-300).")]
 CmapOpt = Annotated[
     Colormap,
     typer.Option("--cmap", help="Colour map, perceptually uniform only (equal steps in weight look equal; "

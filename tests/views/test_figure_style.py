@@ -116,3 +116,11 @@ def test_the_python_api_takes_the_same_figure_options():
         qkv.heatmap(w, cmap="rainbow")
     with styled(None):  # the default style outside any option
         assert figures.draw_grid([("", w, np.zeros((3, 3), bool))], "abc", "abc", "t").dpi == 110
+
+
+@pytest.mark.parametrize("args, fragment", [(["--dpi", "5"], "dpi 5 is out of range"),
+                                            (["--no-subtitle", "--subtitle", "x"], "contradict")])  # fmt: skip
+def test_bad_figure_options_are_refused_in_one_line(args, fragment, tmp_path):
+    result = invoke(["heatmap", "the cat", *args, "--out", str(tmp_path / "x.png")])
+    assert result.exit_code == 2 and fragment in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
