@@ -10,7 +10,7 @@ from qkv_cli.views.console import clean
 def mask_words(result: Result) -> str:
     """What each query may read, in words: 'causal: each token sees itself and the tokens before it'."""
     if result.is_cross:
-        return "cross-attention: each target token (row) reads the source's tokens (columns)"
+        return "cross-attention: the queries (rows) come from one text, the keys (columns) from the other"
     if result.model is not None:
         info = result.model
         causal, window = info.causal, info.window
