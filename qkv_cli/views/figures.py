@@ -125,7 +125,8 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     gap, head_h, bar = 0.25, 0.32, 1.15
     width = max(left + cols * pw + (cols - 1) * gap + bar, title_width(title))
     lines = wrap_subtitle(subtitle, width)
-    top = 0.55 + 0.17 * len(lines)
+    lead = 0.62 if title else 0.38  # the first subtitle line's baseline: where the title would be, when it is none
+    top = lead - 0.07 + 0.17 * len(lines)
     height = top + rows * (ph + head_h) + (rows - 1) * gap + bottom
     fig = Figure(figsize=(width, height), dpi=look.dpi)
     ax = fig.add_axes((0, 0, 1, 1))
@@ -191,7 +192,7 @@ def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear"
     fig.colorbar(image, cax=cax).set_label(label, fontsize=10)
     fig.text(0.45 / width, 1 - 0.38 / height, title, fontsize=15, weight="bold", va="baseline", parse_math=False)
     for i, line in enumerate(lines):
-        fig.text(0.45 / width, 1 - (0.62 + 0.17 * i) / height, line, fontsize=8.5, color="#555555",
+        fig.text(0.45 / width, 1 - (lead + 0.17 * i) / height, line, fontsize=8.5, color="#555555",
                  va="baseline", parse_math=False)  # fmt: skip
     fig.qkv_meta = (title, settings)
     return fig
