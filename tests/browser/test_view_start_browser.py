@@ -57,6 +57,7 @@ def test_a_generation_draws_each_written_token_beside_the_keys_it_read(page_and_
     last = box("q", steps - 1)
     read = box("k", P + steps - 2)  # the last key its query read: the row just above it
     assert 0 < last["y"] - read["y"] <= 1.5 * last["height"]
+    assert "level with its own position among the keys" in v.page.inner_text("#head-caption")
     v.page.hover(f'.tok[data-side="q"][data-i="{steps - 1}"]')  # its lines drawn, nothing broken
     assert v.js("window.qkvView.state().view") == "head"
     v.clean()

@@ -138,6 +138,7 @@ function headCaption() {
   if (state.heads.includes(ATTR)) text += ` The attribution's lines are in the text colour; their opacity is the query's share of it (${DOC.attribution.method}).`;
   if (DOC.cross) text += " Queries come from the text, keys from the context.";
   if (S.nc) text += ` Each query sees the ${S.nc} most recent keys (the window).`;
+  if (OFFSET) text += " Each written token sits level with its own position among the keys, so its lines run up to what it read.";
   if (kv) text += ` Grouped-query attention: head ${state.head} reads key/value head ${DOC.kv[state.head]} (of ${DOC.G}).`;
   $("head-caption").textContent = text;
 }
