@@ -79,6 +79,14 @@ def _request(text, model, given: dict, default=None, default_dtype: str = "float
     return request(values, text, default, **extra), loaded
 
 
+def _chat(system, no_system, chat_template) -> dict:
+    """The chat options beside ``chat``, by the CLI's names (api.options.chat_of reads them)."""
+    if system is not None and not isinstance(system, str):
+        raise QkvError(f"system must be a str, got {type(system).__name__}")
+    return {"system": system, "no_system": bool(no_system),
+            "chat_template": None if chat_template is None else str(chat_template)}  # fmt: skip
+
+
 def _sample() -> str:
     from qkv_cli.text.samples import default_text
 
@@ -92,7 +100,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
-        band: bool = False, file: str | None = None, rows: str | slice | None = None):  # fmt: skip
+        band: bool = False, file: str | None = None, rows: str | slice | None = None, system: str | None = None,
+        no_system: bool = False, chat_template: str | None = None):  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
@@ -105,7 +114,9 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     keeps those layers' matrices from the start; when every layer's attention does not fit ``max_memory``, only
     theirs is kept). ``rows`` (``"-128:"`` or ``slice(-128, None)``): only those queries' weights are kept, for
     long documents. ``predict`` / ``logit_lens`` add next-token predictions.
-    ``chat`` wraps the text in the model's chat template.
+    ``chat`` wraps the text in the model's chat template; ``system`` adds a system message, ``no_system`` an empty
+    one (no default system prompt), ``chat_template`` a Jinja file instead of the checkpoint's own (each implies
+    ``chat``, as ``--system``, ``--no-system`` and ``--chat-template`` do).
 
     With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
     """
@@ -115,7 +126,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
-                 predict=predict, logit_lens=logit_lens, file=file, rows=rows)  # fmt: skip
+                 predict=predict, logit_lens=logit_lens, file=file, rows=rows, **_chat(system, no_system,
+                 chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:
@@ -126,7 +138,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 @owning_float_errors
 def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, temperature: float = 0.0,
              top_k: int = 0, seed: int = 0, chat: bool = False, kernel: str = "vectorized",
-             dtype: str | None = None, max_memory: int | str | None = None):  # fmt: skip
+             dtype: str | None = None, max_memory: int | str | None = None, system: str | None = None,
+             no_system: bool = False, chat_template: str | None = None):  # fmt: skip
     """Let a decoder write ``max_new_tokens`` tokens after ``text`` (greedy, or sampled with ``temperature`` and
     ``top_k``, seeded), through the NumPy KV cache, as ``qkv generate`` does -> a ``Generation`` (``text``, ``ids``,
     ``steps()``, ``step_attentions``). ``model`` is required (a name, a path or ``qkv.load(...)``)."""
@@ -142,7 +155,7 @@ def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, t
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise QkvError(f"top_k must be 0 (every token) or more, got {top_k!r}")
     given = dict(seed=seed, kernel=kernel, dtype=dtype, max_memory=max_memory, chat=chat,
-                 temperature=float(temperature), top_k=top_k)  # fmt: skip
+                 temperature=float(temperature), top_k=top_k, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, DEFAULT_PROMPT, "float32", generate=max_new_tokens)
     return wrap(compute(req, loaded), loaded)
 
@@ -152,7 +165,8 @@ def attribute(text: str | None = None, model=None, *, method: str = "value-norm"
               head_fusion: str | None = None, heads: int | None = None, d: int | None = None,
               causal: bool = False, window: int | None = None, kv_heads: int | None = None, seed: int = 0,
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
-              max_memory: int | str | None = None):  # fmt: skip
+              max_memory: int | str | None = None, chat: bool = False, system: str | None = None,
+              no_system: bool = False, chat_template: str | None = None):  # fmt: skip
     """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does: ``method`` is
     ``"rollout"``, ``"value-norm"`` or ``"value-zeroing"`` (rollout and value zeroing need ``model``) of layer
     ``layer`` (default the last) -> an ``Attribution`` (``attribution`` (m, n), ``weights``, ``received()``)."""
@@ -160,6 +174,7 @@ def attribute(text: str | None = None, model=None, *, method: str = "value-norm"
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,
-                 dtype=dtype, context=context, layer=layer, max_memory=max_memory)  # fmt: skip
+                 dtype=dtype, context=context, layer=layer, max_memory=max_memory, chat=chat,
+                 **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), method=method, head_fusion=head_fusion)
     return wrap(compute(req, loaded), loaded)

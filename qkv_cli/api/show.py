@@ -29,7 +29,7 @@ def _shown(fig):
 
     def png() -> bytes:
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(buf, format="png", dpi=fig.dpi)
         return buf.getvalue()
 
     fig._repr_png_ = png
@@ -39,7 +39,8 @@ def _shown(fig):
 @owning_float_errors
 def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
             heads: int | Sequence[int] | None = None, scale: str = "linear", key_tokens: Sequence[str] | None = None,
-            masked=None, title: str | None = None):  # fmt: skip
+            masked=None, title: str | None = None, subtitle: str | None = None, dpi: int = 110,
+            cmap: str = "viridis", annotate: bool = False):  # fmt: skip
     """The heatmaps ``qkv heatmap`` draws, as a matplotlib ``Figure`` (nothing is written; ``fig.savefig(path)``).
 
     Parameters
@@ -53,18 +54,25 @@ def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int
     heads : the heads to draw (default all).
     scale : "linear", "sqrt" or "log" colours.
     masked : raw weights only: (m, n) bool, True where a key was removed (drawn as masked).
+    title, subtitle : instead of qkv's ("" for none); dpi : the Figure's dots per inch; cmap : a perceptually
+        uniform colour map (viridis, magma, inferno, plasma, cividis, or NAME_r); annotate : print each weight
+        in its cell (panels of at most 24 x 24), as ``qkv heatmap --title --subtitle --dpi --cmap --annotate``.
     """
     from qkv_cli.views.figures import SCALES
+    from qkv_cli.views.style import FigureStyle, styled
 
     if scale not in SCALES:
         raise QkvError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}")
+    look = FigureStyle(title=title, subtitle=subtitle, dpi=dpi, cmap=cmap, annotate=bool(annotate))
     if _is_result(x):
-        if tokens is not None or key_tokens is not None or masked is not None or title is not None:
-            raise QkvError("tokens, key_tokens, masked and title are for raw weights: a result has its own")
-        return _shown(_of_result(x, layer, heads, scale))
+        if tokens is not None or key_tokens is not None or masked is not None:
+            raise QkvError("tokens, key_tokens and masked are for raw weights: a result has its own")
+        with styled(look):
+            return _shown(_of_result(x, layer, heads, scale))
     if layer is not None:
         raise QkvError("layer is for a checkpoint's result: raw weights are one layer")
-    return _shown(_of_arrays(x, tokens, key_tokens, heads, scale, masked, title))
+    with styled(look):
+        return _shown(_of_arrays(x, tokens, key_tokens, heads, scale, masked))
 
 
 def _is_result(x) -> bool:  # an api.results.Output (not imported here: results imports this module)
@@ -103,7 +111,7 @@ def _of_result(x, layer, heads, scale):
     return heatmap_figure(r, chosen_heads, at, scale)
 
 
-def _of_arrays(x, tokens, key_tokens, heads, scale, masked, title):
+def _of_arrays(x, tokens, key_tokens, heads, scale, masked):
     import numpy as np
 
     from qkv_cli.views.figures import draw_grid
@@ -131,7 +139,7 @@ def _of_arrays(x, tokens, key_tokens, heads, scale, masked, title):
     chosen = _heads(heads, tau)
     panels = [(f"head {j}" if len(chosen) > 1 else "", w[j], removed) for j in chosen]
     shown = f"head {chosen[0]}" if len(chosen) == 1 else f"{len(chosen)} heads"
-    return draw_grid(panels, rows, cols, f"Attention weights: {shown}" if title is None else str(title), "", scale)
+    return draw_grid(panels, rows, cols, f"Attention weights: {shown}", "", scale)
 
 
 class Page:

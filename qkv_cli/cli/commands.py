@@ -6,6 +6,16 @@ import typer
 
 from qkv_cli.cli.app import app
 from qkv_cli.cli.encdec import SEQ2SEQ
+from qkv_cli.cli.figure_options import (
+    AnnotateOpt,
+    CmapOpt,
+    Colormap,
+    DpiOpt,
+    NoSubtitleOpt,
+    SubtitleOpt,
+    TitleOpt,
+    figure_style,
+)
 from qkv_cli.cli.options import (
     ABLATION,
     BUDGET,
@@ -129,7 +139,9 @@ ColorScaleOpt = Annotated[
 @takes(*DRAWN)
 def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png",
             method: MethodOpt = None, head_fusion: HeadFusionOpt = None,
-            color_scale: ColorScaleOpt = ColorScale.linear):  # fmt: skip
+            color_scale: ColorScaleOpt = ColorScale.linear, title: TitleOpt = None, subtitle: SubtitleOpt = None,
+            no_subtitle: NoSubtitleOpt = False, dpi: DpiOpt = 110, cmap: CmapOpt = Colormap.viridis,
+            annotate: AnnotateOpt = False):  # fmt: skip
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
 
     With --method, the layer's weights beside that attribution (see qkv attribute)."""
@@ -137,7 +149,9 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.figures import check_image_path
     from qkv_cli.views.run import save_heatmap
+    from qkv_cli.views.style import styled
 
+    look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
     req = request(opts, text, sample(), band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
@@ -146,7 +160,9 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
-    typer.echo(save_heatmap(noted(compute(req, model)), heads, out, layer=at, scale=color_scale.value))
+    result = noted(compute(req, model))
+    with styled(look):
+        typer.echo(save_heatmap(result, heads, out, layer=at, scale=color_scale.value))
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")

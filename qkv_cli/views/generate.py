@@ -168,6 +168,8 @@ def save_heatmap(gen: Result, heads, path, layer: int | None = None, scale: str 
         "heads averaged" if len(heads) == gen.step_attentions.shape[2] else "heads " + ",".join(map(str, heads))
     )
     title = f"{clean(gen.model.name)}: what each written token read"
-    subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}; kernel={gen.kernel}"
-    save_figure(draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale), path)
+    subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}"
+    fig = draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale,
+                    settings=f"{subtitle}; kernel={gen.kernel}")  # fmt: skip
+    save_figure(fig, path)
     return str(path)

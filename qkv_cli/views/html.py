@@ -116,7 +116,7 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
     ]
     return {"title": f"{info.name}: what each written token read", "run": line, "L": L, "tau": tau, "G": G,
             "kv": kv_heads_of(tau, G).tolist(), "layerNames": [str(l) for l in range(L)], "detail": [],
-            "start": L - 1 if layer is None else layer % L, "cross": False, "notes": notes,
+            "start": L - 1 if layer is None else layer % L, "cross": False, "notes": notes, "queryOffset": P,
             "titles": ["written tokens (queries)", "keys (every token before)"],
             "noScores": "score: not kept (a generation keeps the weights of each step only)",
             "sentences": [html_data.generation_sentence(gen)]}  # fmt: skip

@@ -50,11 +50,14 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
 
 
 def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
+    from qkv_cli.views.captions import subtitle
     from qkv_cli.views.figures import draw_grid, save_figure
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
     if len(heads) == 1:
         panels = [("", *panels[0][1:])]
     title = figure_title(result, heads)
-    save_figure(draw_grid(panels, result.labels, result.key_labels, title, settings_line(result), scale), path)
+    fig = draw_grid(panels, result.labels, result.key_labels, title, subtitle(result, heads), scale,
+                    settings=settings_line(result))  # fmt: skip
+    save_figure(fig, path)
     return str(path)

@@ -255,6 +255,8 @@ function start() {
     });
   }
   buildTokens(current());
+  state.started = state.heads = differingHeads(current(), state.layer);  // not all: a tangle of lines
+  state.head = state.heads[0];
   setView("head");
   window.qkvView.readyAt = performance.now();  // ms since the navigation started: drawn and listening
   window.qkvView.ready = true;
