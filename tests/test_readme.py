@@ -31,7 +31,7 @@ def blocks(text: str):
         yield match.span(1), first[2:], rest
 
 
-def run_cli(command: str) -> str:
+def run_cli(command: str, timing: bool = False) -> str:
     from typer.testing import CliRunner
 
     from qkv_cli.cli import app
@@ -39,14 +39,16 @@ def run_cli(command: str) -> str:
     args = shlex.split(command)[1:]
     env = {"COLUMNS": WIDTH, "TERM": "dumb", "NO_COLOR": "1"}
     result = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
-    return normalize(result.output)
+    return normalize(result.output, timing)
 
 
 TIMING = re.compile(r"[\d.]+ s a token after the prompt's [\d.]+ s")  # generation's timing: the machine's, not qkv's
 
 
-def normalize(text: str) -> str:
-    text = TIMING.sub("T s a token after the prompt's P s", text)
+def normalize(text: str, timing: bool = False) -> str:
+    """Trailing spaces dropped; generation's timing replaced by a placeholder unless `timing` (--update keeps it)."""
+    if not timing:
+        text = TIMING.sub("T s a token after the prompt's P s", text)
     return "\n".join(line.rstrip() for line in text.rstrip().split("\n")) + "\n"
 
 
@@ -90,7 +92,7 @@ def update() -> None:
             try:
                 for (start, end), command, _ in blocks(text):
                     pieces.append(text[last:start])
-                    pieces.append(f"$ {command}\n{run_cli(command)}")
+                    pieces.append(f"$ {command}\n{run_cli(command, timing=True)}")
                     last = end
             finally:
                 os.chdir(old_cwd)
