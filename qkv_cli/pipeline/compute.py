@@ -91,7 +91,12 @@ def attribution(req: Request, model=None) -> Result:
     method.check(req)
     if req.model is None:
         return method.of_layer(dense.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
-    return method.of_model(load_model(req) if model is None else model, read_text(req), req)
+    model = load_model(req) if model is None else model
+    if req.target is not None or req.attention is not None or seq2seq_model(model):
+        from qkv_cli.pipeline.seq2seq_inspect import attribute
+
+        return attribute(model, read_text(req), req)
+    return method.of_model(model, read_text(req), req)
 
 
 def generation(req: Request, model, on_token=None) -> Result:
@@ -133,6 +138,10 @@ def compute_each(req: Request) -> list[Result]:
         from qkv_cli.pipeline.chat import prompt
 
         model = load_model(req)
+        if req.target is not None or req.attention is not None or seq2seq_model(model):
+            from qkv_cli.pipeline.seq2seq_inspect import each
+
+            return each(model, texts, req)
         sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]
         kept = sum(model.config.n_layers * model.config.n_heads * m * m * model.dtype.itemsize for m in sizes)
         peak = max(estimate_bytes(model.config, m, model.dtype) for m in sizes)
