@@ -92,7 +92,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
-        band: bool = False, file: str | None = None, rows: str | slice | None = None):  # fmt: skip
+        band: bool = False, file: str | None = None, rows: str | slice | None = None, target: str | None = None,
+        attention: str | None = None):  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
@@ -105,7 +106,10 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     keeps those layers' matrices from the start; when every layer's attention does not fit ``max_memory``, only
     theirs is kept). ``rows`` (``"-128:"`` or ``slice(-128, None)``): only those queries' weights are kept, for
     long documents. ``predict`` / ``logit_lens`` add next-token predictions.
-    ``chat`` wraps the text in the model's chat template.
+    ``chat`` wraps the text in the model's chat template. An encoder-decoder (T5, BART, Marian) reads ``text`` as
+    the source and ``target`` teacher-forced; ``attention`` ("encoder", "decoder" or "cross", the default) picks
+    what ``attentions`` and ``layer(l)`` hold; all three are in ``encoder_attentions`` (L_enc, tau, n, n),
+    ``decoder_attentions`` (L_dec, tau, m, m) and ``cross_attentions`` (L_dec, tau, m, n).
 
     With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
     """
@@ -115,7 +119,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
-                 predict=predict, logit_lens=logit_lens, file=file, rows=rows)  # fmt: skip
+                 predict=predict, logit_lens=logit_lens, file=file, rows=rows, target=target,
+                 attention=attention)  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:
@@ -152,7 +157,8 @@ def attribute(text: str | None = None, model=None, *, method: str = "value-norm"
               head_fusion: str | None = None, heads: int | None = None, d: int | None = None,
               causal: bool = False, window: int | None = None, kv_heads: int | None = None, seed: int = 0,
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
-              max_memory: int | str | None = None):  # fmt: skip
+              max_memory: int | str | None = None, target: str | None = None,
+              attention: str | None = None):  # fmt: skip
     """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does: ``method`` is
     ``"rollout"``, ``"value-norm"`` or ``"value-zeroing"`` (rollout and value zeroing need ``model``) of layer
     ``layer`` (default the last) -> an ``Attribution`` (``attribution`` (m, n), ``weights``, ``received()``)."""
@@ -160,6 +166,7 @@ def attribute(text: str | None = None, model=None, *, method: str = "value-norm"
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,
-                 dtype=dtype, context=context, layer=layer, max_memory=max_memory)  # fmt: skip
+                 dtype=dtype, context=context, layer=layer, max_memory=max_memory, target=target,
+                 attention=attention)  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), method=method, head_fusion=head_fusion)
     return wrap(compute(req, loaded), loaded)

@@ -111,10 +111,13 @@ class Layer(Output):
         return None if self.result.model is None else self.result.model.layer
 
 
+SEQ2SEQ = ("encoder_attentions", "decoder_attentions", "cross_attentions", "decoder_ids", "encoder_last_hidden_state")
+
+
 class ModelRun(Output):
     """A checkpoint's forward pass: ``attentions`` (L, tau, m, m; (L_kept, tau, rows, m) when only some layers or
-    rows were kept: see ``attention_layers`` and ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
-    ``last_hidden_state`` (m, d), ``layer_types``; ``layer(l)`` gives one layer's matrices as a Layer."""
+    rows were kept: see ``attention_layers``, ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
+    ``last_hidden_state`` (m, d), ``layer_types``; ``layer(l)``: one layer's matrices; an encoder-decoder: SEQ2SEQ."""
 
     kind = "model"
 
@@ -159,6 +162,11 @@ class ModelRun(Output):
     @property
     def n_layers(self) -> int:
         return len(self.result.layer_types)
+
+    def __getattr__(self, name):  # an encoder-decoder's run: its three attentions, by transformers' names
+        if name in SEQ2SEQ and self.result.seq2seq is not None:
+            return self.result.seq2seq[name]
+        raise AttributeError(f"a qkv ModelRun has no {name!r} (encoder-decoders have {', '.join(SEQ2SEQ)})")
 
     def layer(self, index: int) -> Layer:
         """Layer ``index`` (negative counts from the end) with every matrix; run again if it was not kept."""
@@ -260,8 +268,7 @@ class Band(Output):
 
 
 class Batch(Output):
-    """Several sentences padded together: ``items`` (one Layer per sentence, cut to its own tokens), ``padded``
-    (the same before the cut) and ``lengths``."""
+    """Sentences padded together: ``items`` (a Layer per sentence, cut to its tokens), ``padded``, ``lengths``."""
 
     kind = "batch"
 

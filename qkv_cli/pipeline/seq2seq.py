@@ -90,7 +90,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
         model=model.info(None, attention), layers=details, attentions=np.stack([a.weights for a in parts]),
         ids=np.asarray(src.ids, dtype=np.int64), last_hidden_state=seq.decoder_output,
         layer_types=(f"{attention}_attention",) * L, layer_rules=(model.rules(attention),) * L, ablation=ablation,
-        seq2seq=extras(seq, dec),
+        seq2seq=extras(seq, src, dec),
     )  # fmt: skip
 
 
@@ -99,8 +99,9 @@ class _Sized:  # what chosen_layers reads: config.n_layers of the chosen attenti
         self.config = type("C", (), {"n_layers": L})()
 
 
-def extras(seq, dec) -> dict:
-    return {"decoder_ids": [int(i) for i in dec.ids],
+def extras(seq, src, dec) -> dict:
+    return {"decoder_ids": [int(i) for i in dec.ids], "source_labels": list(src.labels),
+            "decoder_labels": list(dec.labels),
             "encoder_attentions": np.stack([a.weights for a in seq.encoder]),
             "decoder_attentions": np.stack([a.weights for a in seq.decoder]),
             "cross_attentions": np.stack([a.weights for a in seq.cross]),

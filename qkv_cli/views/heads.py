@@ -63,6 +63,9 @@ def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
     results (only `layers`, when given) or random-weights layers."""
     if results[0].kind == Kind.MODEL:
         run = results[0]
+        if any(r.is_cross for r in results):  # an encoder-decoder's cross-attention: keys from the source
+            raise QkvError("head roles need self-attention (self, previous and first token are positions of one "
+                           "text): run the encoder-decoder with attention encoder or decoder")  # fmt: skip
         info = run.model
         header = (f"{clean(info.name)} ({info.family}) L={info.n_layers} tau={run.attentions.shape[1]} "
                   f"d={run.last_hidden_state.shape[1]} kernel={run.kernel}")  # fmt: skip

@@ -126,9 +126,9 @@ def test_bad_input_is_one_line(folders, tmp_path):
     assert_one_line_error(invoke(["run", "the cat", "--model", bert, "--attention", "cross"]), "--attention cross",
                           "encoder-decoder")  # fmt: skip
     assert_one_line_error(invoke(["run", "the cat", "--attention", "cross"]), "--attention needs --model")
-    assert_one_line_error(invoke(["view", "the cat", "--model", bart, "--out", tmp_path / "p.html"]),
-                          "encoder-decoder")  # fmt: skip
-    assert_one_line_error(invoke(["mask", "the cat", "--model", bart]), "encoder-decoder")
+    assert_one_line_error(invoke(["view", "the cat", "--model", bart, "--target", long, "--out", tmp_path / "p.html"]),
+                          "at most 24")  # fmt: skip
+    assert_one_line_error(invoke(["mask", "the cat", "--model", bart, "--attention", "sideways"]), "sideways")
 
 
 @pytest.mark.parametrize(("name", "changes", "fragment"), [
