@@ -20,15 +20,15 @@ def alignment(result, layer: int | None, heads) -> np.ndarray:  # -> [steps, n]
 
 
 def steps(result, layer: int | None, heads) -> list[dict]:
-    """One dict per written token: step, token, id, prob, and "read": the TOP source tokens its cross-attention
-    (decoder layer `layer`, default the last, mean over `heads`) read most, with their weights."""
+    """One dict per written token: step, token, id, prob, and "read": the TOP source tokens (at: their position)
+    its cross-attention (decoder layer `layer`, default the last, mean over `heads`) read most, with weights."""
     source, align = list(result.context.labels), alignment(result, layer, heads)
     out = []
     for t, row in enumerate(align):
         top = np.argsort(-row, kind="stable")[:TOP]
         out.append({"step": t, "token": result.tokens.labels[t], "id": int(result.step_ids[t]),
                     "prob": float(result.step_probs[t]),
-                    "read": [{"token": source[j], "position": int(j), "weight": float(row[j])} for j in top]})  # fmt: skip
+                    "read": [{"token": source[j], "at": int(j), "weight": float(row[j])} for j in top]})  # fmt: skip
     return out
 
 
