@@ -52,3 +52,18 @@ def test_the_three_attentions_behind_one_switch(first, bart, pages, viewer):
             assert not blank(v.shot(f"#view-{view}"))
     assert z["encoder_attentions"].shape[1] != z["decoder_attentions"].shape[1]  # the heads did change
     v.clean()
+
+
+def test_a_writing_shows_each_token_over_the_source(bart, page_and_npz, viewer):
+    html, z = page_and_npz([SOURCE, "--model", bart, "--generate", 3], ["generate", SOURCE, "--model", bart,
+                           "--max-new-tokens", 3])  # fmt: skip
+    A = z["cross_attentions"]  # (steps, L_dec, tau_dec, n): each written token's cross-attention row
+    steps, L, tau, n = A.shape
+    v = viewer(html)
+    assert v.js("window.qkvView.shape") == [L, tau, steps, n]
+    assert v.js("window.qkvView.keyTokens") == list(z["source_tokens"])
+    assert v.js("window.qkvView.tokens") == list(z["tokens"])
+    assert np.abs(v.weights() - A.transpose(1, 2, 0, 3)).max() <= TOL
+    assert not v.js(f"window.qkvView.masked(0, 0, {n - 1})")  # the whole source is read from the first step
+    assert v.page.locator(".hbtn").count() == tau
+    v.clean()
