@@ -114,3 +114,15 @@ def test_bad_input_is_one_line(folders, tmp_path):
     long = " ".join(["cat"] * 30)
     bart = folders["bart"][0]
     assert_one_line_error(invoke(["mask", "the cat", "--model", bart, "--target", long]), "at most 24")
+
+
+def test_a_marian_folder_with_only_sentencepiece_models_names_what_is_missing(folders, tmp_path):
+    import shutil
+
+    folder = tmp_path / "opus-mt"
+    shutil.copytree(folders["bart"][0], folder)
+    (folder / "tokenizer.json").unlink()
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        (folder / name).write_bytes(b"\x00")
+    assert_one_line_error(invoke(["run", "the cat", "--model", folder, "--target", "le"]), "no tokenizer.json",
+                          "source.spm and target.spm")  # fmt: skip
