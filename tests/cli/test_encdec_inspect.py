@@ -126,3 +126,15 @@ def test_a_marian_folder_with_only_sentencepiece_models_names_what_is_missing(fo
         (folder / name).write_bytes(b"\x00")
     assert_one_line_error(invoke(["run", "the cat", "--model", folder, "--target", "le"]), "no tokenizer.json",
                           "source.spm and target.spm")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_shapes_counts_the_decoders_kv_cache(name, folders):
+    folder, model = folders[name]
+    c = model.config
+    L, tau = c.num_decoder_layers if name == "t5" else c.decoder_layers, c.num_heads if name == "t5" else (
+        c.decoder_attention_heads)  # fmt: skip
+    dk = c.d_kv if name == "t5" else c.d_model // tau
+    r = invoke(["shapes", "--model", folder, "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["kv_cache_bytes_per_token"] == 2 * L * tau * dk * 8  # K and V, float64
