@@ -7,14 +7,23 @@ Keyword names follow the CLI's options (``heads`` is ``--heads``, tau; ``layer``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from os import PathLike
+from typing import TYPE_CHECKING
 
 from qkv_cli.errors import QkvError, owning_float_errors
+
+if TYPE_CHECKING:  # for the hints only
+    from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun, Output
+    from qkv_cli.models.model import Model
+
+    ModelArg = str | PathLike | Model | None
 
 DEFAULT_PROMPT = "The cat sat on the mat because"  # qkv generate's prompt when none is given
 
 
 @owning_float_errors
-def load(model: str, dtype: str = "float64", *, max_memory: int | str | None = None, download: bool = False):
+def load(model: str | PathLike, dtype: str = "float64", *, max_memory: int | str | None = None,
+         download: bool = False) -> Model:  # fmt: skip
     """A checkpoint, ready to run: a folder, a ``.gguf`` file, a Hugging Face cache name or an installed package.
 
     Parameters
@@ -79,6 +88,18 @@ def _request(text, model, given: dict, default=None, default_dtype: str = "float
     return request(values, text, default, **extra), loaded
 
 
+def wrap(result, model=None, **run) -> Output:
+    """The API class for a pipeline Result, by its kind (api.results)."""
+    from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun
+    from qkv_cli.core.result import Kind
+
+    if result.kind == Kind.MODEL:
+        return ModelRun(result, model, **run)
+    classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
+               Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
+    return classes[result.kind](result, model)
+
+
 def _sample() -> str:
     from qkv_cli.text.samples import default_text
 
@@ -86,14 +107,14 @@ def _sample() -> str:
 
 
 @owning_float_errors
-def run(text: str | None = None, model=None, *, heads: int | None = None, d: int | None = None,
+def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = None, d: int | None = None,
         causal: bool = False, window: int | None = None, scale: str | None = None, kv_heads: int | None = None,
         positions: str | None = None, projection: str | None = None, tokenizer: str | None = None,
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
         band: bool = False, file: str | None = None, rows: str | slice | None = None, target: str | None = None,
-        attention: str | None = None):  # fmt: skip
+        attention: str | None = None) -> Layer | ModelRun | Band | Batch:  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
@@ -113,7 +134,6 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 
     With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
     """
-    from qkv_cli.api.results import wrap
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
@@ -129,13 +149,12 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 
 
 @owning_float_errors
-def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, temperature: float = 0.0,
+def generate(text: str | None = None, model: ModelArg = None, *, max_new_tokens: int = 32, temperature: float = 0.0,
              top_k: int = 0, seed: int = 0, chat: bool = False, kernel: str = "vectorized",
-             dtype: str | None = None, max_memory: int | str | None = None):  # fmt: skip
+             dtype: str | None = None, max_memory: int | str | None = None) -> Generation:  # fmt: skip
     """Let a decoder write ``max_new_tokens`` tokens after ``text`` (greedy, or sampled with ``temperature`` and
     ``top_k``, seeded), through the NumPy KV cache, as ``qkv generate`` does -> a ``Generation`` (``text``, ``ids``,
     ``steps()``, ``step_attentions``). ``model`` is required (a name, a path or ``qkv.load(...)``)."""
-    from qkv_cli.api.results import wrap
     from qkv_cli.pipeline.compute import compute
 
     if model is None:
@@ -153,16 +172,15 @@ def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, t
 
 
 @owning_float_errors
-def attribute(text: str | None = None, model=None, *, method: str = "value-norm", layer: int | None = None,
+def attribute(text: str | None = None, model: ModelArg = None, *, method: str = "value-norm", layer: int | None = None,
               head_fusion: str | None = None, heads: int | None = None, d: int | None = None,
               causal: bool = False, window: int | None = None, kv_heads: int | None = None, seed: int = 0,
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
               max_memory: int | str | None = None, target: str | None = None,
-              attention: str | None = None):  # fmt: skip
+              attention: str | None = None) -> Attribution:  # fmt: skip
     """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does: ``method`` is
     ``"rollout"``, ``"value-norm"`` or ``"value-zeroing"`` (rollout and value zeroing need ``model``) of layer
     ``layer`` (default the last) -> an ``Attribution`` (``attribution`` (m, n), ``weights``, ``received()``)."""
-    from qkv_cli.api.results import wrap
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,

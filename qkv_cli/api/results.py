@@ -7,7 +7,14 @@ what the CLI saves (``save_npz``, ``page().save``). No array is copied: the attr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_cli.errors import QkvError
+
+if TYPE_CHECKING:  # for the hints only: importing qkv_cli loads neither
+    import numpy as np
+
+    from qkv_cli.views.figures import Figure
 
 
 class Output:
@@ -30,7 +37,7 @@ class Output:
         return list(self.result.tokens.strings)
 
     @property
-    def ids(self):
+    def ids(self) -> np.ndarray | None:
         """(m,) vocabulary ids of the tokens, or None for the word tokenizer of random weights."""
         import numpy as np
 
@@ -49,13 +56,13 @@ class Output:
 
         return str(save_npz(self.arrays(), path))
 
-    def page(self, **options):
+    def page(self, **options):  # -> api.show.Page
         """The offline page of this result (see ``qkv_cli.api.page``)."""
         from qkv_cli.api.show import page
 
         return page(self, **options)
 
-    def heatmap(self, **options):
+    def heatmap(self, **options) -> Figure:
         """A matplotlib Figure of this result (see ``qkv_cli.api.heatmap``)."""
         from qkv_cli.api.show import heatmap
 
@@ -121,12 +128,12 @@ class ModelRun(Output):
 
     kind = "model"
 
-    def __init__(self, result, model=None, request=None):
+    def __init__(self, result, model=None, request=None):  # request: layer(l) runs it again for a layer not kept
         super().__init__(result, model)
-        self._request = request  # the pipeline Request that made it: layer(l) runs it again for a layer not kept
+        self._request = request
 
     @property
-    def attentions(self):
+    def attentions(self) -> np.ndarray:
         return self.result.attentions
 
     @property
@@ -136,18 +143,18 @@ class ModelRun(Output):
         return tuple(range(self.n_layers)) if kept is None else tuple(kept)
 
     @property
-    def rows(self):
+    def rows(self) -> np.ndarray:
         """The query positions ``attentions`` holds (m,), or those ``rows=`` kept."""
         import numpy as np
 
         return np.arange(len(self.result.ids)) if self.result.rows is None else self.result.rows
 
     @property
-    def hidden_states(self):
+    def hidden_states(self) -> np.ndarray | None:
         return self.result.hidden_states
 
     @property
-    def last_hidden_state(self):
+    def last_hidden_state(self) -> np.ndarray:
         return self.result.last_hidden_state
 
     @property
@@ -201,11 +208,11 @@ class Generation(Output):
         return int(self.result.prompt_len)
 
     @property
-    def written_ids(self):
+    def written_ids(self) -> np.ndarray:
         return self.result.step_ids
 
     @property
-    def step_attentions(self):
+    def step_attentions(self) -> np.ndarray:
         return self.result.step_attentions
 
     def steps(self, layer: int | None = None, heads=None) -> list[dict]:
@@ -231,19 +238,19 @@ class Attribution(Output):
         return self.result.head_fusion
 
     @property
-    def attribution(self):
+    def attribution(self) -> np.ndarray:
         return self.result.attribution
 
     @property
-    def attribution_heads(self):
+    def attribution_heads(self) -> np.ndarray | None:
         return self.result.attribution_heads
 
     @property
-    def value_norms(self):
+    def value_norms(self) -> np.ndarray | None:
         return self.result.value_norms
 
     @property
-    def weights(self):
+    def weights(self) -> np.ndarray:
         return self.result.weights
 
     def received(self) -> list[dict]:
@@ -259,11 +266,11 @@ class Band(Output):
     kind = "band"
 
     @property
-    def band(self):
+    def band(self) -> np.ndarray:
         return self.result.band
 
     @property
-    def band_keys(self):
+    def band_keys(self) -> np.ndarray:
         return self.result.band_keys
 
 
@@ -287,14 +294,3 @@ class Batch(Output):
     @property
     def tokens(self) -> list[str]:
         return [t for r in self.result.items for t in r.labels]
-
-
-def wrap(result, model=None, **run):
-    """The API class for a pipeline Result, by its kind."""
-    from qkv_cli.core.result import Kind
-
-    if result.kind == Kind.MODEL:
-        return ModelRun(result, model, **run)
-    classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
-               Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
-    return classes[result.kind](result, model)
