@@ -40,6 +40,7 @@ def read_config(keys) -> dict:
                        f"relative_attention_max_distance ({distance}) at least half of it")  # fmt: skip
     positions = keys.int("n_positions", 512)  # relative positions have no table: T5's trained length
     tied = keys.raw.get("tie_word_embeddings", True) is not False
+    tied = tied and keys.raw.get("model_type") != "mt5"  # mT5 never scales its output by d^-0.5 (transformers')
     return {
         "n_layers": layers, "n_heads": heads, "d": keys.int("d_model"), "d_ff": keys.int("d_ff"),
         "head_dim": keys.int("d_kv"), "vocab_size": keys.int("vocab_size"), "max_positions": positions,
