@@ -117,22 +117,30 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
         attention: str | None = None) -> Layer | ModelRun | Band | Batch:  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
-    Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
-    n_c, ``kv_heads`` G, ``context`` for cross-attention, ``ablate`` q|k|v) -> a ``Layer`` with H, Wq, Q, K, V,
-    scores, mask, weights (tau, m, n), heads, Wo and output. With ``band=True`` and a ``window``, a long text
-    keeps only the band (a ``Band``).
+    Parameters
+    ----------
+    text : the text (m tokens); with neither ``text`` nor ``file``, a built-in sample sentence.
+    model : None (seeded random weights), a name, a path or ``qkv.load(...)``'s result.
+    heads, d, causal, window, scale, kv_heads, positions, projection, tokenizer, seed, context, ablate, ablate_with :
+        random weights only: tau, the width d, the mask rules (``window`` n_c), G, the context Y of
+        cross-attention (n tokens), ``ablate`` "q" | "k" | "v".
+    layer : a checkpoint: the layer(s) whose matrices are kept (default the last; negative from the end).
+    rows : a checkpoint: keep only these queries' weights (``"-128:"`` or ``slice(-128, None)``).
+    predict, logit_lens, chat : next-token predictions, the logit lens, the model's chat template.
+    target, attention : an encoder-decoder (T5, BART, Marian): the decoder's text, teacher-forced, and which
+        attention ``attentions`` holds: "encoder" (n x n), "decoder" (m x m, causal) or "cross" (m x n, default).
+    band : with ``window``, a long text keeps only the band (tau, m, n_c).
 
-    With ``model`` (a name, a path or ``qkv.load(...)``): the checkpoint's forward pass -> a ``ModelRun`` with
-    ``attentions`` (L, tau, m, m), ``ids``, ``tokens`` and ``layer(l)`` (every matrix of layer l; ``layer=``
-    keeps those layers' matrices from the start; when every layer's attention does not fit ``max_memory``, only
-    theirs is kept). ``rows`` (``"-128:"`` or ``slice(-128, None)``): only those queries' weights are kept, for
-    long documents. ``predict`` / ``logit_lens`` add next-token predictions.
-    ``chat`` wraps the text in the model's chat template. An encoder-decoder (T5, BART, Marian) reads ``text`` as
-    the source and ``target`` teacher-forced; ``attention`` ("encoder", "decoder" or "cross", the default) picks
-    what ``attentions`` and ``layer(l)`` hold; all three are in ``encoder_attentions`` (L_enc, tau, n, n),
-    ``decoder_attentions`` (L_dec, tau, m, m) and ``cross_attentions`` (L_dec, tau, m, n).
+    Returns
+    -------
+    Layer : random weights: H (m, d), Wq (tau, d, d_k), Q (tau, m, d_k), K, V, scores, mask, weights (tau, m, n),
+        heads, Wo, output (m, d).
+    ModelRun : a checkpoint: ``attentions`` (L, tau, m, m), ``ids``, ``tokens``, ``layer(l)``; an encoder-decoder
+        adds ``encoder_attentions`` (L_enc, tau, n, n), ``decoder_attentions`` (L_dec, tau, m, m),
+        ``cross_attentions`` (L_dec, tau, m, n) and ``decoder_ids``.
+    Band : ``band=True`` with a ``window``: ``band`` (tau, m, n_c), ``band_keys`` (m, n_c).
 
-    With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
+    Raises ``QkvError`` on bad input, with the CLI's one-line message.
     """
     from qkv_cli.pipeline.compute import compute
 
@@ -152,9 +160,21 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
 def generate(text: str | None = None, model: ModelArg = None, *, max_new_tokens: int = 32, temperature: float = 0.0,
              top_k: int = 0, seed: int = 0, chat: bool = False, kernel: str = "vectorized",
              dtype: str | None = None, max_memory: int | str | None = None) -> Generation:  # fmt: skip
-    """Let a decoder write ``max_new_tokens`` tokens after ``text`` (greedy, or sampled with ``temperature`` and
-    ``top_k``, seeded), through the NumPy KV cache, as ``qkv generate`` does -> a ``Generation`` (``text``, ``ids``,
-    ``steps()``, ``step_attentions``). ``model`` is required (a name, a path or ``qkv.load(...)``)."""
+    """Let a model write ``max_new_tokens`` tokens after ``text``, as ``qkv generate`` does.
+
+    Parameters
+    ----------
+    text : the prompt (an encoder-decoder's source); default a built-in prompt.
+    model : required: a name, a path or ``qkv.load(...)``'s result.
+    temperature, top_k, seed : 0 is greedy; else sampled from the top_k tokens, seeded.
+    chat : wrap the prompt in the model's chat template.
+
+    Returns
+    -------
+    Generation : ``text``, ``ids`` (prompt + written), ``written_ids``, ``steps()`` (one dict per written token)
+        and ``step_attentions`` (steps, L, tau, n): a decoder's writing query over every earlier token, through
+        the NumPy KV cache; an encoder-decoder's cross-attention over the n source tokens (the alignment).
+    """
     from qkv_cli.pipeline.compute import compute
 
     if model is None:
@@ -178,9 +198,22 @@ def attribute(text: str | None = None, model: ModelArg = None, *, method: str = 
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
               max_memory: int | str | None = None, target: str | None = None,
               attention: str | None = None) -> Attribution:  # fmt: skip
-    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does: ``method`` is
-    ``"rollout"``, ``"value-norm"`` or ``"value-zeroing"`` (rollout and value zeroing need ``model``) of layer
-    ``layer`` (default the last) -> an ``Attribution`` (``attribution`` (m, n), ``weights``, ``received()``)."""
+    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does.
+
+    Parameters
+    ----------
+    method : "rollout", "value-norm" or "value-zeroing" (rollout and value zeroing need ``model``).
+    layer : the layer attributed (rollout: up to it); default the last.
+    head_fusion : rollout: "mean", "max" or "min" over a layer's heads.
+    target, attention : an encoder-decoder: the decoder's text and which attention (value-norm: any; rollout:
+        "encoder" or "decoder").
+    The other keywords are ``run``'s.
+
+    Returns
+    -------
+    Attribution : ``attribution`` (m, n), ``weights`` (tau, m, n), ``attribution_heads`` and ``value_norms``
+        where the method has them, ``received()``.
+    """
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,
