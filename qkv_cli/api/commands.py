@@ -198,7 +198,8 @@ def attribute(text: str | None = None, model: ModelArg = None, *, method: str = 
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
               max_memory: int | str | None = None, target: str | None = None,
               attention: str | None = None) -> Attribution:  # fmt: skip
-    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does.
+    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does. The keywords not
+    listed here are ``run``'s.
 
     Parameters
     ----------
@@ -207,7 +208,6 @@ def attribute(text: str | None = None, model: ModelArg = None, *, method: str = 
     head_fusion : rollout: "mean", "max" or "min" over a layer's heads.
     target, attention : an encoder-decoder: the decoder's text and which attention (value-norm: any; rollout:
         "encoder" or "decoder").
-    The other keywords are ``run``'s.
 
     Returns
     -------
