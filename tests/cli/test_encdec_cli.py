@@ -147,4 +147,4 @@ def test_contradictory_configs_are_one_line(name, changes, fragment, tmp_path, t
 
 
 def test_every_case_is_built(folders):
-    assert {CASES[n][0] for n in CASES} == {"t5", "mt5", "bart", "marian"}
+    assert {CASES[n][0] for n in CASES} == {"t5", "mt5", "umt5", "bart", "marian"}
