@@ -37,6 +37,17 @@ def check_model(model, target, attention) -> None:
                    f"{model.config.family} model with self-attention only")  # fmt: skip
 
 
+def check_options(model, req) -> None:
+    """What an encoder-decoder run does not do is refused, never ignored: a chat template, next-token predictions,
+    sampling (its writing is greedy)."""
+    given = [flag for flag, on in (("--chat", req.chat is not None), ("--predict", req.predict),
+             ("--logit-lens", req.logit_lens), ("--temperature", req.temperature > 0), ("--top-k", req.top_k > 0))
+             if on]  # fmt: skip
+    if given:
+        raise QkvError(f"{given[0]} is not available for an encoder-decoder ({model.name}): it runs SOURCE with "
+                       "--target teacher-forced, or writes greedily with qkv generate")  # fmt: skip
+
+
 def tokens_of(model, text: str):
     from qkv_cli.text.tokens import encode
 

@@ -138,3 +138,16 @@ def test_shapes_counts_the_decoders_kv_cache(name, folders):
     r = invoke(["shapes", "--model", folder, "--format", "json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["kv_cache_bytes_per_token"] == 2 * L * tau * dk * 8  # K and V, float64
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["run", SOURCE, "--target", "le", "--chat"], "--chat is not available for an encoder-decoder"),
+    (["run", SOURCE, "--target", "le", "--predict"], "--predict is not available"),
+    (["generate", SOURCE, "--temperature", "1.0"], "--temperature is not available"),
+    (["generate", SOURCE, "--top-k", "3"], "--top-k is not available"),
+    (["generate", SOURCE, "--chat"], "--chat is not available"),
+    (["heads", "--induction-probe", "8"], "encoder-decoder"),
+])  # fmt: skip
+def test_what_an_encoder_decoder_does_not_do_is_refused_not_ignored(args, fragment, folders):
+    folder, _ = folders["t5"]
+    assert_one_line_error(invoke([*args, "--model", folder]), fragment)
