@@ -58,7 +58,8 @@ def _sentence(run, attention: str) -> dict:
             f"{len(src)} tokens, target {len(dec)} (the decoder's start token, then the target)")  # fmt: skip
     out["meta"] = {"L": L, "tau": tau, "G": tau, "kv": list(range(tau)), "layerNames": [str(l) for l in range(L)],
                    "detail": detail, "cross": attention == "cross", "titles": TITLES[attention],
-                   "run": html_data.label(line)}  # fmt: skip
+                   "run": html_data.label(line), "noScores": None if chosen else f"score: not kept for the {attention} "
+                   f"attention (qkv view --attention {attention} keeps its scores)"}  # fmt: skip
     return out
 
 
