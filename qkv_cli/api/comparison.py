@@ -74,13 +74,13 @@ class Comparison:
 
     @property
     def a(self):
-        from qkv_cli.api.results import wrap
+        from qkv_cli.api.commands import wrap
 
         return wrap(self.result.a, self._models[0] if self._models else None)
 
     @property
     def b(self):
-        from qkv_cli.api.results import wrap
+        from qkv_cli.api.commands import wrap
 
         return wrap(self.result.b, self._models[-1] if self._models else None)
 

@@ -6,8 +6,12 @@ Nothing is written until you ask: ``fig.savefig("a.png")``, ``page.save("a.html"
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from qkv_cli.errors import QkvError, owning_float_errors
+
+if TYPE_CHECKING:  # for the hints only (x: an api.results.Output, not imported: results imports this module)
+    from qkv_cli.views.figures import Figure
 
 
 def _heads(heads, tau: int) -> list[int]:
@@ -37,10 +41,10 @@ def _shown(fig):
 
 
 @owning_float_errors
-def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
+def heatmap(x: Any, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
             heads: int | Sequence[int] | None = None, scale: str = "linear", key_tokens: Sequence[str] | None = None,
-            masked=None, title: str | None = None, subtitle: str | None = None, dpi: int = 110,
-            cmap: str = "viridis", annotate: bool = False):  # fmt: skip
+            masked: Any = None, title: str | None = None, subtitle: str | None = None, dpi: int = 110,
+            cmap: str = "viridis", annotate: bool = False) -> Figure:  # fmt: skip
     """The heatmaps ``qkv heatmap`` draws, as a matplotlib ``Figure`` (nothing is written; ``fig.savefig(path)``).
 
     Parameters
@@ -172,7 +176,7 @@ class Page:
 
 
 @owning_float_errors
-def page(x, *, layer: int | None = None) -> Page:
+def page(x: Any, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
     ``layer``: a generation's layer shown first (default the last)."""
@@ -185,15 +189,16 @@ def page(x, *, layer: int | None = None) -> Page:
         from qkv_cli.models import check_layer
 
         c = x._model.config
-        options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, c.n_layers)}
+        L = getattr(x._model, "dec_layers", c.n_layers)  # an encoder-decoder writes with its decoder
+        options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, L)}
     elif layer is not None:
         raise QkvError("layer is for a generation's page: a run's page shows every layer it kept")
     return Page(render(x.result, **options))
 
 
 @owning_float_errors
-def heads(x, *, measure: str = "mul", exclude_first: bool = False, exclude_current: bool = False,
-          layer: int | Sequence[int] | None = None) -> list[dict]:  # fmt: skip
+def heads(x: Any, *, measure: str = "mul", exclude_first: bool = False,
+          exclude_current: bool = False, layer: int | Sequence[int] | None = None) -> list[dict]:  # fmt: skip
     """The head roles ``qkv heads`` prints, as rows: one dict per layer and head (``layer``, ``head``, the
     statistics: entropy, max_weight, mean_distance, self, previous, first, local, next, sink, the detector scores
     previous_token, duplicate_token, induction; and ``role``). ``x``: a result or a list of them (one per

@@ -210,7 +210,7 @@ def explain(text: TextArg = None, *, opts: Opts,
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
-@takes(TEXT, MASK_CHECKPOINT, CHAT)
+@takes(TEXT, MASK_CHECKPOINT, CHAT, SEQ2SEQ)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
          pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
@@ -229,13 +229,18 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
         model = load(opts.model, "float64", opts.download)
         text = get_text(text, opts.file, sample("short"))
+        if opts.target is not None or opts.attention is not None or hasattr(model, "dec_layers"):
+            from qkv_cli.pipeline.seq2seq_inspect import mask_grid
+
+            attention = opts.attention and opts.attention.value
+            return emit(mask_grid(model, text, opts.target, attention, opts.layer), format.value)
         return emit(noted(maskgrid.for_model(model, text, opts.layer, chat_options(opts))), format.value)
     emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
                                tokenizer)], format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
-@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS)
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS, SEQ2SEQ)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table, sort: HeadSortOpt = None,
           ascending: AscendingOpt = False, top: TopOpt = None):  # fmt: skip
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'

@@ -12,11 +12,15 @@ import contextlib
 import math
 import sys
 import textwrap
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from qkv_cli.errors import QkvError
 from qkv_cli.views.files import atomic_write, check_output_path
+
+if TYPE_CHECKING:  # the type the figures are, for hints (matplotlib itself is imported where a figure is drawn)
+    from matplotlib.figure import Figure  # noqa: F401
 
 FORMATS = (".png", ".svg", ".pdf")
 SCALES = ("linear", "sqrt", "log")

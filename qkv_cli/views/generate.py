@@ -34,6 +34,10 @@ def attended(gen: Result, layer: int | None, heads, skip: int = 0) -> list[list[
 
 def steps(gen: Result, layer: int | None, heads, skip: int = 0) -> list[dict]:
     """One dict per written token: token, id, prob, the top alternatives, the earlier tokens attended most."""
+    if gen.context is not None:  # an encoder-decoder wrote: the source tokens its cross-attention read most
+        from qkv_cli.views.seq2seq import steps as aligned
+
+        return aligned(gen, layer, heads)
     labels, seen = gen.labels, attended(gen, layer, heads, skip)
     out = []
     for t, token in enumerate(gen.step_ids):
