@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-import numpy as np
-
 from qkv_cli.errors import QkvError
 
 # matplotlib's perceptually uniform sequential maps (equal steps in weight look like equal steps in colour, and
@@ -83,6 +81,8 @@ def subtitle_of(default: str) -> str:
 
 def annotate(ax, weights, masked, box, image) -> None:
     """Each allowed cell's weight printed in it, dark on light colours and light on dark ones."""
+    import numpy as np  # (the CLI imports this module for its option choices: start-up stays light)
+
     x0, y0, pw, ph = box
     m, n = weights.shape
     cell = min(pw / n, ph / m) * 72  # points
