@@ -60,7 +60,7 @@ def main() -> None:
     print(f"  forward, nothing kept        {base:8.2f} s")
     print(f"  forward, --rows {args.rows:<12} {kept:8.2f} s   ratio {kept / base:.2f} (target <= 1.3)")
     print(f"  attentions kept: {out.attentions.shape}, {out.attentions.nbytes / 2**20:,.0f} MiB")
-    words = model.tokenizer.decode([int(i) for i in ids])
+    words = _text_of(model, ids)
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(words)
     npz = Path(f.name).with_suffix(".npz")
@@ -77,6 +77,17 @@ def main() -> None:
     else:
         print(f"  qkv run --rows {args.rows} --save-npz: {wall:.1f} s, peak {peak / 2**30:.2f} GiB (target <= 4 GB)")
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
+
+
+def _text_of(model, ids) -> str:
+    """A text of at most len(ids) tokens (decoding random ids and tokenizing again gives more: merges differ)."""
+    k = len(ids)
+    while True:
+        words = model.tokenizer.decode([int(i) for i in ids[:k]])
+        excess = len(model.tokenize(words).ids) - len(ids)
+        if excess <= 0:
+            return words
+        k -= excess
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ CASES = {  # name -> (model_type, config keys)
                        "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False,
                        "relative_attention_num_buckets": 6, "relative_attention_max_distance": 9,
                        "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}),
+    "mt5": ("mt5", {"d_model": 32, "d_kv": 8, "d_ff": 36, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4,
+                    "relative_attention_num_buckets": 8, "relative_attention_max_distance": 10,
+                    "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}),
+    "umt5": ("umt5", {"d_model": 32, "d_kv": 8, "d_ff": 36, "num_layers": 2, "num_decoder_layers": 3, "num_heads": 4,
+                      "relative_attention_num_buckets": 8, "relative_attention_max_distance": 10,
+                      "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}),
     "bart": ("bart", {"d_model": 32, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
                       "decoder_attention_heads": 2, "encoder_ffn_dim": 40, "decoder_ffn_dim": 36,
                       "max_position_embeddings": 24, "bos_token_id": 0, "pad_token_id": 1, "eos_token_id": 2,
@@ -53,7 +59,9 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
     torch.manual_seed(seed)
     config = transformers.AutoConfig.for_model(model_type, vocab_size=VOCAB, **keys)
     model = transformers.AutoModelForSeq2SeqLM.from_config(config, attn_implementation="eager")
-    std = {"t5": 0.2, "marian": 0.5}.get(model_type, 0.3)  # T5 does not divide by sqrt(d_k): smaller weights, as peaked
+    std = {"t5": 0.2, "mt5": 0.2, "umt5": 0.2, "marian": 0.5}.get(
+        model_type, 0.3
+    )  # T5 does not divide by sqrt(d_k): smaller weights, as peaked
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "embed_positions" in pname:
@@ -63,7 +71,7 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
     model.eval()
     model.generation_config.forced_eos_token_id = None
     model.save_pretrained(folder, safe_serialization=True)
-    write_tokenizer(folder, model_type)
+    write_tokenizer(folder, "t5" if model_type in ("mt5", "umt5") else model_type)
     return model
 
 

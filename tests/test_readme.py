@@ -31,7 +31,7 @@ def blocks(text: str):
         yield match.span(1), first[2:], rest
 
 
-def run_cli(command: str) -> str:
+def run_cli(command: str, timing: bool = False) -> str:
     from typer.testing import CliRunner
 
     from qkv_cli.cli import app
@@ -39,14 +39,16 @@ def run_cli(command: str) -> str:
     args = shlex.split(command)[1:]
     env = {"COLUMNS": WIDTH, "TERM": "dumb", "NO_COLOR": "1"}
     result = CliRunner().invoke(app, args, env=env, catch_exceptions=False)
-    return normalize(result.output)
+    return normalize(result.output, timing)
 
 
 TIMING = re.compile(r"[\d.]+ s a token after the prompt's [\d.]+ s")  # generation's timing: the machine's, not qkv's
 
 
-def normalize(text: str) -> str:
-    text = TIMING.sub("T s a token after the prompt's P s", text)
+def normalize(text: str, timing: bool = False) -> str:
+    """Trailing spaces dropped; generation's timing replaced by a placeholder unless `timing` (--update keeps it)."""
+    if not timing:
+        text = TIMING.sub("T s a token after the prompt's P s", text)
     return "\n".join(line.rstrip() for line in text.rstrip().split("\n")) + "\n"
 
 
@@ -68,6 +70,7 @@ def test_example_output_is_real(page, command, expected, tmp_path, monkeypatch):
 
         smollm2_gguf()  # the SmolLM2 GGUF package, likewise
     monkeypatch.chdir(tmp_path)
+    tiny_encdecs(command, tmp_path)
     assert run_cli(command) == normalize(expected), (
         f"{page}: the output of `{command}` is stale: python tests/test_readme.py --update"
     )
@@ -76,6 +79,25 @@ def test_example_output_is_real(page, command, expected, tmp_path, monkeypatch):
 def test_readme_and_docs_have_examples():
     assert sum(page == "README.md" for page, _, _ in CASES) >= 3
     assert {page for page, _, _ in CASES} >= {"README.md", "docs/learning.md", "docs/learn.md"}
+
+
+TINY = ("t5", "bart", "marian")  # docs/encoder-decoder.md: `--model tiny-t5` is tests/encdecs.py's seeded model
+
+
+def tiny_encdecs(command: str, folder: Path) -> None:
+    """Build the tiny encoder-decoders a command names (tiny-t5, tiny-bart, tiny-marian) in folder, with
+    transformers (a reference package: skipped without it)."""
+    names = [n for n in TINY if f"tiny-{n}" in command]
+    if not names:
+        return
+    sys.path.insert(0, str(ROOT / "tests"))
+    from encdecs import build
+    from helpers import reference_import
+
+    torch, transformers = reference_import("torch"), reference_import("transformers")
+    for name in names:
+        if not (folder / f"tiny-{name}").is_dir():
+            build(transformers, torch, name, folder / f"tiny-{name}")
 
 
 def update() -> None:
@@ -89,8 +111,9 @@ def update() -> None:
             os.chdir(tmp)
             try:
                 for (start, end), command, _ in blocks(text):
+                    tiny_encdecs(command, Path(tmp))
                     pieces.append(text[last:start])
-                    pieces.append(f"$ {command}\n{run_cli(command)}")
+                    pieces.append(f"$ {command}\n{run_cli(command, timing=True)}")
                     last = end
             finally:
                 os.chdir(old_cwd)

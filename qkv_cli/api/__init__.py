@@ -19,6 +19,7 @@ EXPORTS = {
     "heatmap": "show", "page": "show", "heads": "show", "Page": "show",
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
+    "compare": "comparison", "Comparison": "comparison",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)
 

@@ -7,14 +7,23 @@ Keyword names follow the CLI's options (``heads`` is ``--heads``, tau; ``layer``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from os import PathLike
+from typing import TYPE_CHECKING
 
 from qkv_cli.errors import QkvError, owning_float_errors
+
+if TYPE_CHECKING:  # for the hints only
+    from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun, Output
+    from qkv_cli.models.model import Model
+
+    ModelArg = str | PathLike | Model | None
 
 DEFAULT_PROMPT = "The cat sat on the mat because"  # qkv generate's prompt when none is given
 
 
 @owning_float_errors
-def load(model: str, dtype: str = "float64", *, max_memory: int | str | None = None, download: bool = False):
+def load(model: str | PathLike, dtype: str = "float64", *, max_memory: int | str | None = None,
+         download: bool = False) -> Model:  # fmt: skip
     """A checkpoint, ready to run: a folder, a ``.gguf`` file, a Hugging Face cache name or an installed package.
 
     Parameters
@@ -79,6 +88,26 @@ def _request(text, model, given: dict, default=None, default_dtype: str = "float
     return request(values, text, default, **extra), loaded
 
 
+def _chat(system, no_system, chat_template) -> dict:
+    """The chat options beside ``chat``, by the CLI's names (api.options.chat_of reads them)."""
+    if system is not None and not isinstance(system, str):
+        raise QkvError(f"system must be a str, got {type(system).__name__}")
+    return {"system": system, "no_system": bool(no_system),
+            "chat_template": None if chat_template is None else str(chat_template)}  # fmt: skip
+
+
+def wrap(result, model=None, **run) -> Output:
+    """The API class for a pipeline Result, by its kind (api.results)."""
+    from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun
+    from qkv_cli.core.result import Kind
+
+    if result.kind == Kind.MODEL:
+        return ModelRun(result, model, **run)
+    classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
+               Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
+    return classes[result.kind](result, model)
+
+
 def _sample() -> str:
     from qkv_cli.text.samples import default_text
 
@@ -86,36 +115,53 @@ def _sample() -> str:
 
 
 @owning_float_errors
-def run(text: str | None = None, model=None, *, heads: int | None = None, d: int | None = None,
+def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = None, d: int | None = None,
         causal: bool = False, window: int | None = None, scale: str | None = None, kv_heads: int | None = None,
         positions: str | None = None, projection: str | None = None, tokenizer: str | None = None,
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
-        band: bool = False, file: str | None = None, rows: str | slice | None = None):  # fmt: skip
+        band: bool = False, file: str | None = None, rows: str | slice | None = None, system: str | None = None,
+        no_system: bool = False, chat_template: str | None = None, target: str | None = None,
+        attention: str | None = None) -> Layer | ModelRun | Band | Batch:  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
-    Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
-    n_c, ``kv_heads`` G, ``context`` for cross-attention, ``ablate`` q|k|v) -> a ``Layer`` with H, Wq, Q, K, V,
-    scores, mask, weights (tau, m, n), heads, Wo and output. With ``band=True`` and a ``window``, a long text
-    keeps only the band (a ``Band``).
+    Parameters
+    ----------
+    text : the text (m tokens); with neither ``text`` nor ``file``, a built-in sample sentence.
+    model : None (seeded random weights), a name, a path or ``qkv.load(...)``'s result.
+    heads, d, causal, window, scale, kv_heads, positions, projection, tokenizer, seed, context, ablate, ablate_with :
+        random weights only: tau, the width d, the mask rules (``window`` n_c), G, the context Y of
+        cross-attention (n tokens), ``ablate`` "q" | "k" | "v".
+    layer : a checkpoint: the layer(s) whose matrices are kept (default the last; negative from the end).
+    rows : a checkpoint: keep only these queries' weights (``"-128:"`` or ``slice(-128, None)``).
+    predict, logit_lens, chat : next-token predictions, the logit lens, the model's chat template.
+    target, attention : an encoder-decoder (T5, BART, Marian): the decoder's text, teacher-forced, and which
+        attention ``attentions`` holds: "encoder" (n x n), "decoder" (m x m, causal) or "cross" (m x n, default).
+    band : with ``window``, a long text keeps only the band (tau, m, n_c).
 
-    With ``model`` (a name, a path or ``qkv.load(...)``): the checkpoint's forward pass -> a ``ModelRun`` with
-    ``attentions`` (L, tau, m, m), ``ids``, ``tokens`` and ``layer(l)`` (every matrix of layer l; ``layer=``
-    keeps those layers' matrices from the start; when every layer's attention does not fit ``max_memory``, only
-    theirs is kept). ``rows`` (``"-128:"`` or ``slice(-128, None)``): only those queries' weights are kept, for
-    long documents. ``predict`` / ``logit_lens`` add next-token predictions.
-    ``chat`` wraps the text in the model's chat template.
+    ``chat`` wraps the text in the model's chat template; ``system`` adds a system message, ``no_system`` an empty
+    one (no default system prompt), ``chat_template`` a Jinja file instead of the checkpoint's own (each implies
+    ``chat``, as ``--system``, ``--no-system`` and ``--chat-template`` do).
 
-    With neither ``text`` nor ``file``, a built-in sample sentence. Raises ``QkvError`` on bad input.
+    Returns
+    -------
+    Layer : random weights: H (m, d), Wq (tau, d, d_k), Q (tau, m, d_k), K, V, scores, mask, weights (tau, m, n),
+        heads, Wo, output (m, d).
+    ModelRun : a checkpoint: ``attentions`` (L, tau, m, m), ``ids``, ``tokens``, ``layer(l)``; an encoder-decoder
+        adds ``encoder_attentions`` (L_enc, tau, n, n), ``decoder_attentions`` (L_dec, tau, m, m),
+        ``cross_attentions`` (L_dec, tau, m, n) and ``decoder_ids``.
+    Band : ``band=True`` with a ``window``: ``band`` (tau, m, n_c), ``band_keys`` (m, n_c).
+
+    Raises ``QkvError`` on bad input, with the CLI's one-line message.
     """
-    from qkv_cli.api.results import wrap
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
-                 predict=predict, logit_lens=logit_lens, file=file, rows=rows)  # fmt: skip
+                 predict=predict, logit_lens=logit_lens, file=file, rows=rows, target=target, attention=attention,
+                 **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:
@@ -124,13 +170,25 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 
 
 @owning_float_errors
-def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, temperature: float = 0.0,
+def generate(text: str | None = None, model: ModelArg = None, *, max_new_tokens: int = 32, temperature: float = 0.0,
              top_k: int = 0, seed: int = 0, chat: bool = False, kernel: str = "vectorized",
-             dtype: str | None = None, max_memory: int | str | None = None):  # fmt: skip
-    """Let a decoder write ``max_new_tokens`` tokens after ``text`` (greedy, or sampled with ``temperature`` and
-    ``top_k``, seeded), through the NumPy KV cache, as ``qkv generate`` does -> a ``Generation`` (``text``, ``ids``,
-    ``steps()``, ``step_attentions``). ``model`` is required (a name, a path or ``qkv.load(...)``)."""
-    from qkv_cli.api.results import wrap
+             dtype: str | None = None, max_memory: int | str | None = None, system: str | None = None,
+             no_system: bool = False, chat_template: str | None = None) -> Generation:  # fmt: skip
+    """Let a model write ``max_new_tokens`` tokens after ``text``, as ``qkv generate`` does.
+
+    Parameters
+    ----------
+    text : the prompt (an encoder-decoder's source); default a built-in prompt.
+    model : required: a name, a path or ``qkv.load(...)``'s result.
+    temperature, top_k, seed : 0 is greedy; else sampled from the top_k tokens, seeded.
+    chat : wrap the prompt in the model's chat template; system, no_system, chat_template as ``run``'s.
+
+    Returns
+    -------
+    Generation : ``text``, ``ids`` (prompt + written), ``written_ids``, ``steps()`` (one dict per written token)
+        and ``step_attentions`` (steps, L, tau, n): a decoder's writing query over every earlier token, through
+        the NumPy KV cache; an encoder-decoder's cross-attention over the n source tokens (the alignment).
+    """
     from qkv_cli.pipeline.compute import compute
 
     if model is None:
@@ -142,24 +200,39 @@ def generate(text: str | None = None, model=None, *, max_new_tokens: int = 32, t
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise QkvError(f"top_k must be 0 (every token) or more, got {top_k!r}")
     given = dict(seed=seed, kernel=kernel, dtype=dtype, max_memory=max_memory, chat=chat,
-                 temperature=float(temperature), top_k=top_k)  # fmt: skip
+                 temperature=float(temperature), top_k=top_k, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, DEFAULT_PROMPT, "float32", generate=max_new_tokens)
     return wrap(compute(req, loaded), loaded)
 
 
 @owning_float_errors
-def attribute(text: str | None = None, model=None, *, method: str = "value-norm", layer: int | None = None,
+def attribute(text: str | None = None, model: ModelArg = None, *, method: str = "value-norm", layer: int | None = None,
               head_fusion: str | None = None, heads: int | None = None, d: int | None = None,
               causal: bool = False, window: int | None = None, kv_heads: int | None = None, seed: int = 0,
               kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
-              max_memory: int | str | None = None):  # fmt: skip
-    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does: ``method`` is
-    ``"rollout"``, ``"value-norm"`` or ``"value-zeroing"`` (rollout and value zeroing need ``model``) of layer
-    ``layer`` (default the last) -> an ``Attribution`` (``attribution`` (m, n), ``weights``, ``received()``)."""
-    from qkv_cli.api.results import wrap
+              max_memory: int | str | None = None, chat: bool = False, system: str | None = None,
+              no_system: bool = False, chat_template: str | None = None, target: str | None = None,
+              attention: str | None = None) -> Attribution:  # fmt: skip
+    """How much each key moves each query, beside the raw weights, as ``qkv attribute`` does. The keywords not
+    listed here are ``run``'s.
+
+    Parameters
+    ----------
+    method : "rollout", "value-norm" or "value-zeroing" (rollout and value zeroing need ``model``).
+    layer : the layer attributed (rollout: up to it); default the last.
+    head_fusion : rollout: "mean", "max" or "min" over a layer's heads.
+    target, attention : an encoder-decoder: the decoder's text and which attention (value-norm: any; rollout:
+        "encoder" or "decoder").
+
+    Returns
+    -------
+    Attribution : ``attribution`` (m, n), ``weights`` (tau, m, n), ``attribution_heads`` and ``value_norms``
+        where the method has them, ``received()``.
+    """
     from qkv_cli.pipeline.compute import compute
 
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,
-                 dtype=dtype, context=context, layer=layer, max_memory=max_memory)  # fmt: skip
+                 dtype=dtype, context=context, layer=layer, max_memory=max_memory, target=target,
+                 attention=attention, chat=chat, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), method=method, head_fusion=head_fusion)
     return wrap(compute(req, loaded), loaded)

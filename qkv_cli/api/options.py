@@ -37,6 +37,11 @@ def check_checkpoint_policy(values: dict, explicit) -> None:
              and not (name in ("ablate", "ablate_with") and "target" in explicit)  # an encoder-decoder's --ablate
              and not (name == "n" and {"m", "tau", "text"} <= values.keys())]  # fmt: skip
     # (qkv shapes --model --n: the source length of an encoder-decoder; pipeline.shapes refuses it for the others)
+    if "--batch" in clash:  # a batch pads random-weights sentences together; a checkpoint's texts are compared
+        raise QkvError(
+            "--batch runs seeded random weights only: to compare texts on a checkpoint, use qkv compare "
+            "A B --model M (qkv heads --file F --model M aggregates one sentence per line)"
+        )
     if clash:
         raise QkvError(
             f"{clash[0]} cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask"

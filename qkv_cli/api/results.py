@@ -1,13 +1,18 @@
 """What the Python API returns: one small class per kind of run over a shared base, each with only its own fields.
-
-Every class wraps the pipeline's Result (``.result``), exposes its arrays under the export schema's names (the
-same names as the NPZ and JSON files), shows itself in a notebook as the offline page (``_repr_html_``) and saves
-what the CLI saves (``save_npz``, ``page().save``). No array is copied: the attributes are the run's own arrays.
-"""
+Every class wraps the pipeline's Result (``.result``), exposes its arrays under the export schema's names (as the
+NPZ and JSON files), shows itself in a notebook as the offline page (``_repr_html_``) and saves what the CLI saves
+(``save_npz``, ``page().save``). No array is copied: the attributes are the run's own arrays."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from qkv_cli.errors import QkvError
+
+if TYPE_CHECKING:  # for the hints only: importing qkv_cli loads neither
+    import numpy as np
+
+    from qkv_cli.views.figures import Figure
 
 
 class Output:
@@ -30,7 +35,7 @@ class Output:
         return list(self.result.tokens.strings)
 
     @property
-    def ids(self):
+    def ids(self) -> np.ndarray | None:
         """(m,) vocabulary ids of the tokens, or None for the word tokenizer of random weights."""
         import numpy as np
 
@@ -49,13 +54,13 @@ class Output:
 
         return str(save_npz(self.arrays(), path))
 
-    def page(self, **options):
+    def page(self, **options):  # -> api.show.Page
         """The offline page of this result (see ``qkv_cli.api.page``)."""
         from qkv_cli.api.show import page
 
         return page(self, **options)
 
-    def heatmap(self, **options):
+    def heatmap(self, **options) -> Figure:
         """A matplotlib Figure of this result (see ``qkv_cli.api.heatmap``)."""
         from qkv_cli.api.show import heatmap
 
@@ -111,20 +116,23 @@ class Layer(Output):
         return None if self.result.model is None else self.result.model.layer
 
 
+SEQ2SEQ = ("encoder_attentions", "decoder_attentions", "cross_attentions", "decoder_ids", "encoder_last_hidden_state")
+
+
 class ModelRun(Output):
     """A checkpoint's forward pass: ``attentions`` (L, tau, m, m; (L_kept, tau, rows, m) when only some layers or
-    rows were kept: see ``attention_layers`` and ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
-    ``last_hidden_state`` (m, d), ``layer_types``, ``routing`` (a MoE's experts per token); ``layer(l)`` gives one
-    layer's matrices as a Layer."""
+    rows were kept: see ``attention_layers``, ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
+    ``last_hidden_state`` (m, d), ``layer_types``, ``routing`` (a MoE's experts per token); ``layer(l)``: one
+    layer's matrices; an encoder-decoder: SEQ2SEQ."""
 
     kind = "model"
 
-    def __init__(self, result, model=None, request=None):
+    def __init__(self, result, model=None, request=None):  # request: layer(l) runs it again for a layer not kept
         super().__init__(result, model)
-        self._request = request  # the pipeline Request that made it: layer(l) runs it again for a layer not kept
+        self._request = request
 
     @property
-    def attentions(self):
+    def attentions(self) -> np.ndarray:
         return self.result.attentions
 
     @property
@@ -134,18 +142,18 @@ class ModelRun(Output):
         return tuple(range(self.n_layers)) if kept is None else tuple(kept)
 
     @property
-    def rows(self):
+    def rows(self) -> np.ndarray:
         """The query positions ``attentions`` holds (m,), or those ``rows=`` kept."""
         import numpy as np
 
         return np.arange(len(self.result.ids)) if self.result.rows is None else self.result.rows
 
     @property
-    def hidden_states(self):
+    def hidden_states(self) -> np.ndarray | None:
         return self.result.hidden_states
 
     @property
-    def last_hidden_state(self):
+    def last_hidden_state(self) -> np.ndarray:
         return self.result.last_hidden_state
 
     @property
@@ -165,6 +173,11 @@ class ModelRun(Output):
     @property
     def n_layers(self) -> int:
         return len(self.result.layer_types)
+
+    def __getattr__(self, name):  # an encoder-decoder's run: its three attentions, by transformers' names
+        if name in SEQ2SEQ and self.result.seq2seq is not None:
+            return self.result.seq2seq[name]
+        raise AttributeError(f"a qkv ModelRun has no {name!r} (encoder-decoders have {', '.join(SEQ2SEQ)})")
 
     def layer(self, index: int) -> Layer:
         """Layer ``index`` (negative counts from the end) with every matrix; run again if it was not kept."""
@@ -199,11 +212,11 @@ class Generation(Output):
         return int(self.result.prompt_len)
 
     @property
-    def written_ids(self):
+    def written_ids(self) -> np.ndarray:
         return self.result.step_ids
 
     @property
-    def step_attentions(self):
+    def step_attentions(self) -> np.ndarray:
         return self.result.step_attentions
 
     def steps(self, layer: int | None = None, heads=None) -> list[dict]:
@@ -229,19 +242,19 @@ class Attribution(Output):
         return self.result.head_fusion
 
     @property
-    def attribution(self):
+    def attribution(self) -> np.ndarray:
         return self.result.attribution
 
     @property
-    def attribution_heads(self):
+    def attribution_heads(self) -> np.ndarray | None:
         return self.result.attribution_heads
 
     @property
-    def value_norms(self):
+    def value_norms(self) -> np.ndarray | None:
         return self.result.value_norms
 
     @property
-    def weights(self):
+    def weights(self) -> np.ndarray:
         return self.result.weights
 
     def received(self) -> list[dict]:
@@ -257,17 +270,16 @@ class Band(Output):
     kind = "band"
 
     @property
-    def band(self):
+    def band(self) -> np.ndarray:
         return self.result.band
 
     @property
-    def band_keys(self):
+    def band_keys(self) -> np.ndarray:
         return self.result.band_keys
 
 
 class Batch(Output):
-    """Several sentences padded together: ``items`` (one Layer per sentence, cut to its own tokens), ``padded``
-    (the same before the cut) and ``lengths``."""
+    """Sentences padded together: ``items`` (a Layer per sentence, cut to its tokens), ``padded``, ``lengths``."""
 
     kind = "batch"
 
@@ -286,14 +298,3 @@ class Batch(Output):
     @property
     def tokens(self) -> list[str]:
         return [t for r in self.result.items for t in r.labels]
-
-
-def wrap(result, model=None, **run):
-    """The API class for a pipeline Result, by its kind."""
-    from qkv_cli.core.result import Kind
-
-    if result.kind == Kind.MODEL:
-        return ModelRun(result, model, **run)
-    classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
-               Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
-    return classes[result.kind](result, model)

@@ -6,8 +6,12 @@ Nothing is written until you ask: ``fig.savefig("a.png")``, ``page.save("a.html"
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from qkv_cli.errors import QkvError, owning_float_errors
+
+if TYPE_CHECKING:  # for the hints only (x: an api.results.Output, not imported: results imports this module)
+    from qkv_cli.views.figures import Figure
 
 
 def _heads(heads, tau: int) -> list[int]:
@@ -29,7 +33,7 @@ def _shown(fig):
 
     def png() -> bytes:
         buf = io.BytesIO()
-        fig.savefig(buf, format="png", dpi=110)
+        fig.savefig(buf, format="png", dpi=fig.dpi)
         return buf.getvalue()
 
     fig._repr_png_ = png
@@ -37,9 +41,10 @@ def _shown(fig):
 
 
 @owning_float_errors
-def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
+def heatmap(x: Any, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int] | None = None,
             heads: int | Sequence[int] | None = None, scale: str = "linear", key_tokens: Sequence[str] | None = None,
-            masked=None, title: str | None = None):  # fmt: skip
+            masked: Any = None, title: str | None = None, subtitle: str | None = None, dpi: int = 110,
+            cmap: str = "viridis", annotate: bool = False) -> Figure:  # fmt: skip
     """The heatmaps ``qkv heatmap`` draws, as a matplotlib ``Figure`` (nothing is written; ``fig.savefig(path)``).
 
     Parameters
@@ -53,18 +58,25 @@ def heatmap(x, tokens: Sequence[str] | None = None, *, layer: int | Sequence[int
     heads : the heads to draw (default all).
     scale : "linear", "sqrt" or "log" colours.
     masked : raw weights only: (m, n) bool, True where a key was removed (drawn as masked).
+    title, subtitle : instead of qkv's ("" for none); dpi : the Figure's dots per inch; cmap : a perceptually
+        uniform colour map (viridis, magma, inferno, plasma, cividis, or NAME_r); annotate : print each weight
+        in its cell (panels of at most 24 x 24), as ``qkv heatmap --title --subtitle --dpi --cmap --annotate``.
     """
     from qkv_cli.views.figures import SCALES
+    from qkv_cli.views.style import FigureStyle, styled
 
     if scale not in SCALES:
         raise QkvError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}")
+    look = FigureStyle(title=title, subtitle=subtitle, dpi=dpi, cmap=cmap, annotate=bool(annotate))
     if _is_result(x):
-        if tokens is not None or key_tokens is not None or masked is not None or title is not None:
-            raise QkvError("tokens, key_tokens, masked and title are for raw weights: a result has its own")
-        return _shown(_of_result(x, layer, heads, scale))
+        if tokens is not None or key_tokens is not None or masked is not None:
+            raise QkvError("tokens, key_tokens and masked are for raw weights: a result has its own")
+        with styled(look):
+            return _shown(_of_result(x, layer, heads, scale))
     if layer is not None:
         raise QkvError("layer is for a checkpoint's result: raw weights are one layer")
-    return _shown(_of_arrays(x, tokens, key_tokens, heads, scale, masked, title))
+    with styled(look):
+        return _shown(_of_arrays(x, tokens, key_tokens, heads, scale, masked))
 
 
 def _is_result(x) -> bool:  # an api.results.Output (not imported here: results imports this module)
@@ -103,7 +115,7 @@ def _of_result(x, layer, heads, scale):
     return heatmap_figure(r, chosen_heads, at, scale)
 
 
-def _of_arrays(x, tokens, key_tokens, heads, scale, masked, title):
+def _of_arrays(x, tokens, key_tokens, heads, scale, masked):
     import numpy as np
 
     from qkv_cli.views.figures import draw_grid
@@ -131,7 +143,7 @@ def _of_arrays(x, tokens, key_tokens, heads, scale, masked, title):
     chosen = _heads(heads, tau)
     panels = [(f"head {j}" if len(chosen) > 1 else "", w[j], removed) for j in chosen]
     shown = f"head {chosen[0]}" if len(chosen) == 1 else f"{len(chosen)} heads"
-    return draw_grid(panels, rows, cols, f"Attention weights: {shown}" if title is None else str(title), "", scale)
+    return draw_grid(panels, rows, cols, f"Attention weights: {shown}", "", scale)
 
 
 class Page:
@@ -164,7 +176,7 @@ class Page:
 
 
 @owning_float_errors
-def page(x, *, layer: int | None = None) -> Page:
+def page(x: Any, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
     ``layer``: a generation's layer shown first (default the last)."""
@@ -177,15 +189,16 @@ def page(x, *, layer: int | None = None) -> Page:
         from qkv_cli.models import check_layer
 
         c = x._model.config
-        options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, c.n_layers)}
+        L = getattr(x._model, "dec_layers", c.n_layers)  # an encoder-decoder writes with its decoder
+        options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, L)}
     elif layer is not None:
         raise QkvError("layer is for a generation's page: a run's page shows every layer it kept")
     return Page(render(x.result, **options))
 
 
 @owning_float_errors
-def heads(x, *, measure: str = "mul", exclude_first: bool = False, exclude_current: bool = False,
-          layer: int | Sequence[int] | None = None) -> list[dict]:  # fmt: skip
+def heads(x: Any, *, measure: str = "mul", exclude_first: bool = False,
+          exclude_current: bool = False, layer: int | Sequence[int] | None = None) -> list[dict]:  # fmt: skip
     """The head roles ``qkv heads`` prints, as rows: one dict per layer and head (``layer``, ``head``, the
     statistics: entropy, max_weight, mean_distance, self, previous, first, local, next, sink, the detector scores
     previous_token, duplicate_token, induction; and ``role``). ``x``: a result or a list of them (one per

@@ -4,6 +4,7 @@ command (commands.py). Nothing imports this package; it imports everything it ne
 from qkv_cli.cli import (
     attribute,  # noqa: E402,F401  (qkv attribute: rollout, value norms, value zeroing)
     commands,  # noqa: E402,F401  (registers the commands on `app`)
+    compare,  # noqa: E402,F401  (qkv compare: two texts, or two models)
     generate,  # noqa: E402,F401
     learn,  # noqa: E402,F401  (qkv learn: the seven questions)
     view,  # noqa: E402,F401  (qkv view: the HTML page)

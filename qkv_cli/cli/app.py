@@ -13,7 +13,7 @@ except ImportError:  # pragma: no cover - older typer is built on click
     from click import exceptions as click_exceptions
 
 from qkv_cli import __version__
-from qkv_cli.cli.usage import extra_arguments_hint, plain_metavars, short_usage
+from qkv_cli.cli.usage import extra_arguments_hint, out_of_memory, plain_metavars, short_usage
 from qkv_cli.errors import QkvError, owned_float_errors
 
 
@@ -47,7 +47,7 @@ class QkvGroup(TyperGroup):
         except typer.Abort:
             code = fail("aborted", 130)
         except MemoryError:
-            code = fail("out of memory: try --dtype float32, --window N, fewer heads or a shorter text")
+            code = fail(out_of_memory(sys.argv[1:] if args is None else args))
         except BrokenPipeError:  # the reader went away (`qkv run ... | head`): stop quietly
             quiet_stdout()
             code = 0

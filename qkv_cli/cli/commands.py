@@ -6,6 +6,16 @@ import typer
 
 from qkv_cli.cli.app import app
 from qkv_cli.cli.encdec import SEQ2SEQ
+from qkv_cli.cli.figure_options import (
+    AnnotateOpt,
+    CmapOpt,
+    Colormap,
+    DpiOpt,
+    NoSubtitleOpt,
+    SubtitleOpt,
+    TitleOpt,
+    figure_style,
+)
 from qkv_cli.cli.options import (
     ABLATION,
     BUDGET,
@@ -133,7 +143,9 @@ ColorScaleOpt = Annotated[
 @takes(*DRAWN)
 def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutOpt = "attention.png",
             method: MethodOpt = None, head_fusion: HeadFusionOpt = None,
-            color_scale: ColorScaleOpt = ColorScale.linear):  # fmt: skip
+            color_scale: ColorScaleOpt = ColorScale.linear, title: TitleOpt = None, subtitle: SubtitleOpt = None,
+            no_subtitle: NoSubtitleOpt = False, dpi: DpiOpt = 110, cmap: CmapOpt = Colormap.viridis,
+            annotate: AnnotateOpt = False):  # fmt: skip
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
 
     With --method, the layer's weights beside that attribution (see qkv attribute)."""
@@ -141,7 +153,9 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.figures import check_image_path
     from qkv_cli.views.run import save_heatmap
+    from qkv_cli.views.style import styled
 
+    look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
     req = request(opts, text, sample(), band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
@@ -150,7 +164,9 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
-    typer.echo(save_heatmap(noted(compute(req, model)), heads, out, layer=at, scale=color_scale.value))
+    result = noted(compute(req, model))
+    with styled(look):
+        typer.echo(save_heatmap(result, heads, out, layer=at, scale=color_scale.value))
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")
@@ -194,7 +210,7 @@ def explain(text: TextArg = None, *, opts: Opts,
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
-@takes(TEXT, MASK_CHECKPOINT, CHAT)
+@takes(TEXT, MASK_CHECKPOINT, CHAT, SEQ2SEQ)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
          pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
@@ -213,13 +229,18 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
         model = load(opts.model, "float64", opts.download)
         text = get_text(text, opts.file, sample("short"))
+        if opts.target is not None or opts.attention is not None or hasattr(model, "dec_layers"):
+            from qkv_cli.pipeline.seq2seq_inspect import mask_grid
+
+            attention = opts.attention and opts.attention.value
+            return emit(mask_grid(model, text, opts.target, attention, opts.layer), format.value)
         return emit(noted(maskgrid.for_model(model, text, opts.layer, chat_options(opts))), format.value)
     emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
                                tokenizer)], format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
-@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS)
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS, SEQ2SEQ)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table, sort: HeadSortOpt = None,
           ascending: AscendingOpt = False, top: TopOpt = None):  # fmt: skip
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'

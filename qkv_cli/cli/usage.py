@@ -82,3 +82,24 @@ def extra_arguments_hint(exc) -> str | None:
     first = ctx.params.get("text")
     words = " ".join(w for w in (first, match["words"]) if w)
     return f"TEXT is one argument: put it in quotes, {ctx.command_path} {quoted(words)}"
+
+
+def out_of_memory(argv) -> str:
+    """The line for a MemoryError: what would still help, never an option already given (--dtype float32 when
+    float32 is in use; --window, heads and width when a checkpoint fixes them)."""
+    argv = [str(a) for a in argv]
+
+    def value(flag: str) -> str | None:
+        for i, arg in enumerate(argv):
+            if arg == flag and i + 1 < len(argv):
+                return argv[i + 1]
+            if arg.startswith(flag + "="):
+                return arg.split("=", 1)[1]
+        return None
+
+    hints = [] if value("--dtype") == "float32" else ["--dtype float32"]
+    if value("--model") is not None:
+        hints += [*([] if value("--rows") else ["--rows A:B (fewer query rows)"]), "one --layer", "a shorter text"]
+    else:
+        hints += [*([] if value("--window") else ["--window N"]), "fewer heads", "a shorter text"]
+    return "out of memory: try " + ", ".join(hints[:-1]) + " or " + hints[-1]

@@ -9,7 +9,6 @@ from qkv_cli.cli.app import app
 from qkv_cli.cli.commands import DRAWN, noted, prepare, sample
 from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
 from qkv_cli.cli.params import Opts, request, takes
-from qkv_cli.errors import QkvError
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
 MaxPageOpt = Annotated[
@@ -36,14 +35,12 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
-    if model is not None and hasattr(model, "dec_layers"):
-        raise QkvError(f"qkv view does not draw an encoder-decoder ({model.name}): use qkv heatmap or qkv run with "
-                       "--target and --attention encoder|decoder|cross")  # fmt: skip
     options = {}
     if req.generate and model is not None:  # a generation does not record G, nor which layer to show first
         from qkv_cli.models import check_layer
 
-        layer = check_layer(opts.layer[0], model.config.n_layers) if opts.layer else None
+        L = getattr(model, "dec_layers", model.config.n_layers)  # an encoder-decoder writes with its decoder
+        layer = check_layer(opts.layer[0], L) if opts.layer else None
         options = {"kv_heads": model.config.G, "layer": layer}
     typer.echo(save_page(noted(compute(req, model)), out, limit, **options), err=True)
     if open_:

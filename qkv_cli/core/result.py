@@ -176,8 +176,10 @@ class Result:
     def layer_masked(self, layer: int) -> np.ndarray:  # MODEL: (m, m) bool, True where layer's mask removes a key
         from qkv_cli.core.masks import allowed_grid, rule_grids
 
-        m = self.attentions.shape[-1]
-        return ~allowed_grid(rule_grids(self.layer_rules[layer], m, m), m, m)
+        m = n = self.attentions.shape[-1]
+        if self.seq2seq is not None:  # an encoder-decoder's cross-attention: m target rows over n source keys
+            m = self.attentions.shape[-2]
+        return ~allowed_grid(rule_grids(self.layer_rules[layer], m, n), m, n)
 
     def first_layer(self) -> Result:
         """MODEL: the first chosen layer's LAYER result; anything else: itself."""

@@ -100,6 +100,7 @@ class Stack:
     position_offset: int = 0  # BART: position p reads row p + 2
     embed_norm: Norm | None = None  # BART's layernorm_embedding
     buckets: np.ndarray | None = None  # T5: (num_buckets, tau) relative position bias, shared by the layers
+    layer_buckets: list | None = None  # UMT5: one such table per layer (None: `buckets` serves every layer)
     final_norm: Norm | None = None  # T5's final_layer_norm
 
 

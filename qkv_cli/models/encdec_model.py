@@ -107,11 +107,13 @@ class EncDecModel(Model):
         bias = None if side.buckets is None else position_bias(side.buckets, n, n, True, o)
         parts = []
         for l, layer in enumerate(side.layers):
+            if side.layer_buckets is not None:  # UMT5: this layer's own table
+                bias = position_bias(side.layer_buckets[l], n, n, True, o)
             x, att = sublayer(
                 x,
                 layer.self_norm,
                 o.pre_norm,
-                lambda h, w=layer.self_attn, l=l: self._attend(h, h, w, bias, None, "encoder", l, change),
+                lambda h, w=layer.self_attn, l=l, bias=bias: self._attend(h, h, w, bias, None, "encoder", l, change),
             )
             x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h, f=layer.ffn: (f(h), None))
             check_finite(x, l, self.name)
@@ -141,8 +143,10 @@ class EncDecModel(Model):
         selfs, crosses = [], []
         for l, layer in enumerate(side.layers):
             cache = None if caches is None else caches[l]
-            x, a = sublayer(x, layer.self_norm, o.pre_norm, lambda h, w=layer.self_attn, l=l, cache=cache: self._attend(
-                h, h, w, bias, mask, "decoder", l, change, cache=cache))  # fmt: skip
+            if side.layer_buckets is not None:  # UMT5: this layer's own table
+                bias = position_bias(side.layer_buckets[l], m, total, False, o, start)
+            x, a = sublayer(x, layer.self_norm, o.pre_norm, lambda h, w=layer.self_attn, l=l, cache=cache, bias=bias:
+                            self._attend(h, h, w, bias, mask, "decoder", l, change, cache=cache))  # fmt: skip
             pair = None if kv is None else kv[l]
             x, c = sublayer(x, layer.cross_norm, o.pre_norm, lambda h, w=layer.cross, l=l, pair=pair: self._attend(
                 h, Y, w, None, None, "cross", l, change, kv=pair))  # fmt: skip

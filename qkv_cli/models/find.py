@@ -159,6 +159,11 @@ def check_folder(folder: Path) -> None:
         raise QkvError(f"no {WEIGHTS} in '{folder}': a model folder needs {', '.join(NEEDED)}")
     for name in ("config.json", "tokenizer.json"):
         if not (folder / name).is_file():
+            spm = [p for p in ("source.spm", "target.spm", "spiece.model") if (folder / p).is_file()]
+            if name == "tokenizer.json" and spm:  # a Marian (or old T5) folder: SentencePiece models only
+                raise QkvError(f"no tokenizer.json in '{folder}', only {' and '.join(spm)} (SentencePiece models): "
+                               "qkv reads the tokenizer from a tokenizer.json, which this folder does not ship; "
+                               "use an export of the model that has one")  # fmt: skip
             raise QkvError(f"no {name} in '{folder}': a model folder needs {', '.join(NEEDED)}")
 
 

@@ -45,6 +45,7 @@ FAMILIES = {
     "olmoe": "qkv_cli.models.olmoe",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
+    "umt5": "qkv_cli.models.umt5",
     "bart": "qkv_cli.models.bart",
     "marian": "qkv_cli.models.marian",
 }

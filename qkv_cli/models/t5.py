@@ -40,6 +40,7 @@ def read_config(keys) -> dict:
                        f"relative_attention_max_distance ({distance}) at least half of it")  # fmt: skip
     positions = keys.int("n_positions", 512)  # relative positions have no table: T5's trained length
     tied = keys.raw.get("tie_word_embeddings", True) is not False
+    tied = tied and keys.raw.get("model_type") != "mt5"  # mT5 never scales its output by d^-0.5 (transformers')
     return {
         "n_layers": layers, "n_heads": heads, "d": keys.int("d_model"), "d_ff": keys.int("d_ff"),
         "head_dim": keys.int("d_kv"), "vocab_size": keys.int("vocab_size"), "max_positions": positions,
@@ -61,8 +62,9 @@ def tensor_shapes(c) -> dict:
     d, inner, dff, tau = c.d, c.n_heads * c.d_k, c.d_ff, c.n_heads
     shapes = {"shared.weight": (c.vocab_size, d), "encoder.final_layer_norm.weight": (d,),
               "decoder.final_layer_norm.weight": (d,)}  # fmt: skip
-    for side in ("encoder", "decoder"):
-        shapes[f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"] = (c.seq2seq.buckets, tau)
+    for side, L in (("encoder", c.n_layers), ("decoder", c.seq2seq.dec_layers)):
+        for l in range(L if c.family == "umt5" else 1):  # UMT5: a table per layer; T5: layer 0's, shared
+            shapes[f"{side}.block.{l}.layer.0.SelfAttention.relative_attention_bias.weight"] = (c.seq2seq.buckets, tau)
     for p, ff, dec in _layers(c):
         attns = ["layer.0.SelfAttention"] + (["layer.1.EncDecAttention"] if dec else [])
         for a in attns:
@@ -85,8 +87,8 @@ def parameter_table(c) -> list[Param]:
             "relative_attention_bias",
             "b",
             (c.seq2seq.buckets, tau),
-            2,
-            "bias per distance bucket and head (encoder, decoder)",
+            Le + Ld if c.family == "umt5" else 2,
+            "bias per distance bucket and head (UMT5: every layer; else encoder, decoder)",
         ),  # fmt: skip
         *[
             Param(
@@ -129,8 +131,10 @@ def prepare(w, c, dtype) -> Params:
         (dec if is_dec else enc).append(layer)
 
     def stack(side, layers):
-        table = w(f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight")
-        return Stack(layers, buckets=table, final_norm=norm(f"{side}.final_layer_norm"))
+        count = len(layers) if c.family == "umt5" else 1  # UMT5: a table per layer; T5: layer 0's, shared
+        tables = [w(f"{side}.block.{l}.layer.0.SelfAttention.relative_attention_bias.weight") for l in range(count)]
+        per_layer = tables if c.family == "umt5" else None
+        return Stack(layers, buckets=tables[0], layer_buckets=per_layer, final_norm=norm(f"{side}.final_layer_norm"))
 
     E = w("shared.weight")
     head = w("__head__") if "__head__" in w and not c.seq2seq.scale_head else E

@@ -27,6 +27,7 @@ from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.request import FUSIONS, METHODS  # the choices (NumPy-free there, for the CLI's options)
 
 HINTS = "a shorter text, --dtype float32, or --method value-norm (one pass)"
+ONE_PASS = "--method value-norm (one pass)"  # never offered to a value-norm run (a hint never repeats an option)
 CHUNK_BYTES = 32 * 2**20  # value-norm: the (rows, n, d) sums of one block of queries
 
 
@@ -131,7 +132,7 @@ def of_layer(result: Result, req) -> Result:
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     tau, m, n = result.weights.shape
     budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm",
-                        dtype=req.settings.dtype)  # fmt: skip
+                        dtype=req.settings.dtype, given=(ONE_PASS,))  # fmt: skip
     layer, heads, norms = value_norms(result.weights, value_vectors(result.V, result.Wo))
     ids = None if result.tokens.ids is None else np.asarray(result.tokens.ids)
     return replace(result, kind=Kind.ATTRIBUTION, method="value-norm", attribution=layer, attribution_heads=heads,
@@ -153,7 +154,14 @@ def of_model(model, text: str, req) -> Result:
              "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.method]  # fmt: skip
     needed = estimate_bytes(c, m, model.dtype, 1) + extra
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
-    check_memory(model, needed, limit, HINTS, what=f"--method {req.method}")  # the weights counted too, as run's
+    check_memory(
+        model,
+        needed,
+        limit,
+        HINTS,
+        what=f"--method {req.method}",
+        given=(ONE_PASS,) if req.method == "value-norm" else (),
+    )  # the weights counted too, as run's
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
     out = replace(
         run.layers[L],

@@ -58,6 +58,7 @@ def compute(req: Request, model=None, on_token=None) -> Result:
             raise QkvError(f"--rows keeps query rows of a decoder or encoder's forward pass, not of {what}")
         if not req.generate and (req.target is not None or req.attention is not None or seq2seq.is_encdec(model)):
             seq2seq.check_model(model, req.target, req.attention)
+            seq2seq.check_options(model, req)
             return seq2seq.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
                                req.all_layers, s, req.max_memory)  # fmt: skip
         if req.generate:
@@ -91,7 +92,12 @@ def attribution(req: Request, model=None) -> Result:
     method.check(req)
     if req.model is None:
         return method.of_layer(dense.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
-    return method.of_model(load_model(req) if model is None else model, read_text(req), req)
+    model = load_model(req) if model is None else model
+    if req.target is not None or req.attention is not None or seq2seq_model(model):
+        from qkv_cli.pipeline.seq2seq_inspect import attribute
+
+        return attribute(model, read_text(req), req)
+    return method.of_model(model, read_text(req), req)
 
 
 def generation(req: Request, model, on_token=None) -> Result:
@@ -104,6 +110,7 @@ def generation(req: Request, model, on_token=None) -> Result:
     if seq2seq_model(model):
         from qkv_cli.pipeline import seq2seq
 
+        seq2seq.check_options(model, req)
         return seq2seq.generate(model, text, req.generate, req.max_memory)
     said = chat.prompt(model, text, req.chat)
     out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
@@ -133,6 +140,10 @@ def compute_each(req: Request) -> list[Result]:
         from qkv_cli.pipeline.chat import prompt
 
         model = load_model(req)
+        if req.target is not None or req.attention is not None or seq2seq_model(model):
+            from qkv_cli.pipeline.seq2seq_inspect import each
+
+            return each(model, texts, req)
         sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]
         kept = sum(model.config.n_layers * model.config.n_heads * m * m * model.dtype.itemsize for m in sizes)
         peak = max(estimate_bytes(model.config, m, model.dtype) for m in sizes)
@@ -157,4 +168,8 @@ def induction_probe(req: Request) -> Result:
         raise QkvError("--induction-probe needs --model: it draws tokens from a real checkpoint's vocabulary")
     if req.text is not None or req.file is not None or req.chat is not None:
         raise QkvError("--induction-probe makes its own text: drop TEXT, --file and --chat")
-    return probe.run(load_model(req), req.induction_probe, req.settings.seed, req.settings.kernel, req.max_memory)
+    model = load_model(req)
+    if seq2seq_model(model):
+        raise QkvError(f"--induction-probe runs a decoder or an encoder on repeated tokens: {model.name} is an "
+                       "encoder-decoder; give TEXT and --attention encoder or decoder")  # fmt: skip
+    return probe.run(model, req.induction_probe, req.settings.seed, req.settings.kernel, req.max_memory)

@@ -37,6 +37,17 @@ def check_model(model, target, attention) -> None:
                    f"{model.config.family} model with self-attention only")  # fmt: skip
 
 
+def check_options(model, req) -> None:
+    """What an encoder-decoder run does not do is refused, never ignored: a chat template, next-token predictions,
+    sampling (its writing is greedy)."""
+    given = [flag for flag, on in (("--chat", req.chat is not None), ("--predict", req.predict),
+             ("--logit-lens", req.logit_lens), ("--temperature", req.temperature > 0), ("--top-k", req.top_k > 0))
+             if on]  # fmt: skip
+    if given:
+        raise QkvError(f"{given[0]} is not available for an encoder-decoder ({model.name}): it runs SOURCE with "
+                       "--target teacher-forced, or writes greedily with qkv generate")  # fmt: skip
+
+
 def tokens_of(model, text: str):
     from qkv_cli.text.tokens import encode
 
@@ -90,7 +101,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
         model=model.info(None, attention), layers=details, attentions=np.stack([a.weights for a in parts]),
         ids=np.asarray(src.ids, dtype=np.int64), last_hidden_state=seq.decoder_output,
         layer_types=(f"{attention}_attention",) * L, layer_rules=(model.rules(attention),) * L, ablation=ablation,
-        seq2seq=extras(seq, dec),
+        seq2seq=extras(seq, src, dec),
     )  # fmt: skip
 
 
@@ -99,8 +110,9 @@ class _Sized:  # what chosen_layers reads: config.n_layers of the chosen attenti
         self.config = type("C", (), {"n_layers": L})()
 
 
-def extras(seq, dec) -> dict:
-    return {"decoder_ids": [int(i) for i in dec.ids],
+def extras(seq, src, dec) -> dict:
+    return {"decoder_ids": [int(i) for i in dec.ids], "source_labels": list(src.labels),
+            "decoder_labels": list(dec.labels),
             "encoder_attentions": np.stack([a.weights for a in seq.encoder]),
             "decoder_attentions": np.stack([a.weights for a in seq.decoder]),
             "cross_attentions": np.stack([a.weights for a in seq.cross]),

@@ -202,6 +202,7 @@ def human(n: float) -> str:
 
 def save_heatmap(r: Result, heads, path, scale: str = "linear") -> str:
     """Panels: the layer's weights (mean over heads), the attribution (rows as shares), per head with --head."""
+    from qkv_cli.views.captions import mask_words
     from qkv_cli.views.describe import settings_line
     from qkv_cli.views.figures import draw_grid, save_figure
 
@@ -213,7 +214,8 @@ def save_heatmap(r: Result, heads, path, scale: str = "linear") -> str:
         panels += [(f"{r.method}, head {j}", row_shares(r.attribution_heads[j]), r.masked) for j in heads]
     name = clean(r.model.name) + ", " if r.model is not None else ""
     title = f"{name}{r.method}, layer {layer_of(r)}"
-    fig = draw_grid(panels, r.labels, r.key_labels, title, describe(r) + "; " + settings_line(r), scale)
+    fig = draw_grid(panels, r.labels, r.key_labels, title, describe(r) + "; " + mask_words(r), scale,
+                    settings=describe(r) + "; " + settings_line(r))  # fmt: skip
     fig.axes[-1].set_ylabel("weight / attribution share (rows sum to 1)", fontsize=10)
     save_figure(fig, path)
     return str(path)

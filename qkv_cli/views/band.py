@@ -67,11 +67,13 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
 
 def save_heatmap(result, heads, path, scale: str = "linear") -> str:
     """One panel per head: queries on rows, the window's slots on columns (oldest key left, self right)."""
+    from qkv_cli.views.captions import subtitle
     from qkv_cli.views.figures import draw_grid, save_figure
 
     n_c = result.band.shape[-1]
     cols = [f"i-{n_c - 1 - t}" if t < n_c - 1 else "i" for t in range(n_c)]
     panels = [(f"head {j}", result.band[j], result.band_keys < 0) for j in heads]
     title = figure_title(result, heads)
-    save_figure(draw_grid(panels, result.labels, cols, title, settings_line(result), scale), path)
+    fig = draw_grid(panels, result.labels, cols, title, subtitle(result, heads), scale, settings=settings_line(result))
+    save_figure(fig, path)
     return str(path)

@@ -34,6 +34,10 @@ def attended(gen: Result, layer: int | None, heads, skip: int = 0) -> list[list[
 
 def steps(gen: Result, layer: int | None, heads, skip: int = 0) -> list[dict]:
     """One dict per written token: token, id, prob, the top alternatives, the earlier tokens attended most."""
+    if gen.context is not None:  # an encoder-decoder wrote: the source tokens its cross-attention read most
+        from qkv_cli.views.seq2seq import steps as aligned
+
+        return aligned(gen, layer, heads)
     labels, seen = gen.labels, attended(gen, layer, heads, skip)
     out = []
     for t, token in enumerate(gen.step_ids):
@@ -168,6 +172,8 @@ def save_heatmap(gen: Result, heads, path, layer: int | None = None, scale: str 
         "heads averaged" if len(heads) == gen.step_attentions.shape[2] else "heads " + ",".join(map(str, heads))
     )
     title = f"{clean(gen.model.name)}: what each written token read"
-    subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}; kernel={gen.kernel}"
-    save_figure(draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale), path)
+    subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}"
+    fig = draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale,
+                    settings=f"{subtitle}; kernel={gen.kernel}")  # fmt: skip
+    save_figure(fig, path)
     return str(path)

@@ -65,10 +65,13 @@ def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
     results (only `layers`, when given) or random-weights layers."""
     if results[0].kind == Kind.MODEL:
         run = results[0]
+        if any(r.is_cross for r in results):  # an encoder-decoder's cross-attention: keys from the source
+            raise QkvError("head roles need self-attention (self, previous and first token are positions of one "
+                           "text): run the encoder-decoder with attention encoder or decoder")  # fmt: skip
         info = run.model
         header = (f"{clean(info.name)} ({info.family}) L={info.n_layers} tau={run.attentions.shape[1]} "
                   f"d={run.last_hidden_state.shape[1]} kernel={run.kernel}")  # fmt: skip
-        stats = layer_head_stats([r.attentions for r in results], tokens_list=[r.ids for r in results],
+        stats = layer_head_stats([r.attentions for r in results], tokens_list=[query_ids(r) for r in results],
                                  labels_list=[r.labels for r in results], **options)  # fmt: skip
         if run.sinks is not None:  # gpt-oss: the mean share of a row its learned sink took, over every sentence
             for l, row in enumerate(stats):
@@ -89,6 +92,10 @@ def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
     stats = layer_head_stats([r.weights[None] for r in results], [~r.masked for r in results], tokens_list=tokens,
                              labels_list=[r.labels for r in results], **options)  # fmt: skip
     return stats, settings_line(results[0]).split(" ", 1)[1]  # without m: lines differ in length
+
+
+def query_ids(run):  # (m,): an encoder-decoder's decoder attention reads the target's ids, not the source's (ids)
+    return run.ids if run.seq2seq is None else run.tokens.ids
 
 
 def chosen_layers(layers, count: int) -> list[int]:

@@ -59,6 +59,11 @@ def dense_page(r: Result) -> dict:
 def model_page(run: Result) -> dict:
     from qkv_cli.core.gqa import kv_heads_of
 
+    if run.seq2seq is not None:  # an encoder-decoder: its three attentions, with a switch
+        from qkv_cli.views.html_seq2seq import seq2seq_page
+
+        return seq2seq_page(run)
+
     first, info = run.first_layer(), run.model
     L, tau = run.attentions.shape[:2]
     types = [t.replace("_attention", "") for t in run.layer_types] or [""] * L
@@ -106,6 +111,10 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
 
     steps, L, tau, n = gen.step_attentions.shape
     info, P, G = gen.model, gen.prompt_len, kv_heads or tau
+    if gen.context is not None:  # an encoder-decoder: each written token's cross-attention over the source
+        from qkv_cli.views.html_seq2seq import generation_page as written
+
+        return written(gen, layer)
     line = (f"{info.name} ({info.family}) L={L} tau={tau}" + (f" G={G}" if G != tau else "")
             + f" wrote {steps} tokens after a prompt of {P}, kernel={gen.kernel}, KV cache "
             + human(gen.cache_bytes))  # fmt: skip
@@ -116,7 +125,7 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
     ]
     return {"title": f"{info.name}: what each written token read", "run": line, "L": L, "tau": tau, "G": G,
             "kv": kv_heads_of(tau, G).tolist(), "layerNames": [str(l) for l in range(L)], "detail": [],
-            "start": L - 1 if layer is None else layer % L, "cross": False, "notes": notes,
+            "start": L - 1 if layer is None else layer % L, "cross": False, "notes": notes, "queryOffset": P,
             "titles": ["written tokens (queries)", "keys (every token before)"],
             "noScores": "score: not kept (a generation keeps the weights of each step only)",
             "sentences": [html_data.generation_sentence(gen)]}  # fmt: skip
@@ -196,10 +205,14 @@ def contents(doc: dict) -> str:
     s = doc["sentences"][0]
     cols = doc["band"] or len(s["keys"])
     shape = f"{doc['L']} layer{'s' if doc['L'] != 1 else ''} x {doc['tau']} heads x {len(s['tokens'])} x {cols}"
+    if doc.get("switchLabel"):  # an encoder-decoder: each attention has its own layers, heads and tokens
+        shape = ", ".join(f"{t['name'].split(' ')[0]} {t['meta']['L']} x {t['meta']['tau']} x {len(t['tokens'])} x "
+                          f"{len(t['keys'])}" for t in doc["sentences"])  # fmt: skip
     entries = [e for t in doc["sentences"] for e in t["layers"]]
     kinds = [name for key, name in (("q8", "8-bit weights"), ("w", "12-bit weights"), ("s", "float16 scores"))
              if any(key in e for e in entries)]  # fmt: skip
-    batch = f"{len(doc['sentences'])} sentences, " if len(doc["sentences"]) > 1 else ""
+    what = "attentions" if doc.get("switchLabel") else "sentences"  # an encoder-decoder: its three attentions
+    batch = f"{len(doc['sentences'])} {what}, " if len(doc["sentences"]) > 1 else ""
     return batch + shape + (", " + " and ".join(kinds) if kinds else "")
 
 

@@ -185,14 +185,18 @@ def generation_sentence(gen) -> dict:
     from qkv_cli.views.html_stats import generation_stats
 
     P, (steps, L, _, n) = gen.prompt_len, gen.step_attentions.shape
-    masked = generation_masked(P, steps, n)
+    cross = gen.context is not None  # an encoder-decoder wrote: each step's cross-attention over the n source tokens
+    masked = np.zeros((steps, n), bool) if cross else generation_masked(P, steps, n)
     pack = pack8 if gen.step_attentions.size > COMPACT_CELLS else (lambda w: {"w": pack12(w)})
     layers = [pack(gen.step_attentions[:, l].transpose(1, 0, 2)) for l in range(L)]  # (tau, steps, n)
-    written, keys = gen.labels[P : P + steps], gen.labels[:n]
-    out = sentence(" ".join(gen.labels[:P]) + " \u2192 " + " ".join(written), written, keys, layers, [masked] * L,
+    written, keys = gen.labels[P : P + steps], list(gen.context.labels) if cross else gen.labels[:n]
+    before = keys if cross else gen.labels[:P]
+    out = sentence(" ".join(before) + " \u2192 " + " ".join(written), written, keys, layers, [masked] * L,
                    generation_stats(gen, masked))  # fmt: skip
-    out["queryNotes"] = [label(f"step {t}: wrote position {P + t} with p = {gen.step_probs[t]:.4f}, read by the query "
-                               f"at position {P + t - 1}") for t in range(steps)]  # fmt: skip
+    out["queryNotes"] = [label(f"step {t}: wrote it with p = {gen.step_probs[t]:.4f}; its row is the cross-attention "
+                               "over the source" if cross else f"step {t}: wrote position {P + t} with p = "
+                               f"{gen.step_probs[t]:.4f}, read by the query at position {P + t - 1}")
+                         for t in range(steps)]  # fmt: skip
     return out
 
 

@@ -86,6 +86,10 @@ def generation_stats(gen, masked) -> dict:
     """Per layer and head, the mean over the written tokens of: entropy, peak, distance back from the writing query
     (position P + t - 1), the weight on the first token and the weight on the prompt (keys 0 .. P - 1)."""
     w = np.asarray(gen.step_attentions, dtype=np.float64).transpose(1, 2, 0, 3)  # -> (L, tau, steps, n)
+    if gen.context is not None:  # an encoder-decoder: the rows are cross-attention over the source
+        grid = [head_summary(layer, cross=True) for layer in w]
+        return _table(grid, CROSS_COLUMNS, False, "an encoder-decoder writing: each row is a written token's "
+                      "cross-attention over the source; positions of one text (and roles) do not apply")  # fmt: skip
     P, (steps, n) = gen.prompt_len, masked.shape
     back = np.where(masked, 0, P + np.arange(steps)[:, None] - 1 - np.arange(n)[None, :])  # (steps, n)
     columns = {"entropy": row_entropy(w), "max_weight": w.max(axis=-1), "mean_distance": (w * back).sum(axis=-1),

@@ -52,17 +52,19 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
 
 
 def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
+    from qkv_cli.views.captions import subtitle
     from qkv_cli.views.figures import draw_grid, save_figure
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
-    keys, subtitle = result.key_labels, settings_line(result)
+    keys, words = result.key_labels, subtitle(result, heads)
     if result.sinks is not None:  # gpt-oss: the sink's share of each row as a first column
         panels, keys = sink_panels(panels, [result.sinks[j] for j in heads], keys)
-        subtitle += f"; {SINK_NOTE}"
+        words += f"; {SINK_NOTE}"
     if len(heads) == 1:
         panels = [("", *panels[0][1:])]
     title = figure_title(result, heads)
-    save_figure(draw_grid(panels, result.labels, keys, title, subtitle, scale), path)
+    fig = draw_grid(panels, result.labels, keys, title, words, scale, settings=settings_line(result))
+    save_figure(fig, path)
     return str(path)
 
 

@@ -63,6 +63,8 @@ def emit_grid(g) -> None:
     active = ", ".join(rule for rule in RULES if rule in grids) or "none"
     if g.model is not None:
         kind = "causal: query i sees keys 0..i" if grids else "bidirectional, nothing removed"
+        if g.layer_type == "cross_attention":  # an encoder-decoder: rows are the target, columns the source
+            kind = "target tokens (rows) over source tokens (columns), nothing removed"
         if window:
             kind += f", within the n_c={window} most recent"
         layer = f" layer {g.layer}" + (f" ({g.layer_type})" if g.layer_type else "") if g.layer_type else ""

@@ -83,6 +83,7 @@ def predictions_doc(run) -> dict:
 def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> str:
     """With --layer: that layer's heads (one --head: a single head); several --layer: a layer x head grid.
     Without: the model view, every layer x head as one mosaic."""
+    from qkv_cli.views.captions import heads_words, layers_subtitle
     from qkv_cli.views.describe import figure_title, settings_line
     from qkv_cli.views.figures import draw_grid, draw_model_view, save_figure
     from qkv_cli.views.layer import heatmap_layer
@@ -90,25 +91,29 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
     first = run.first_layer()
     if layer_given and len(run.layers) == 1:
         return heatmap_layer(first, heads, path, scale)
-    if layer_given:  # a layer x head grid
-        panels = [(f"layer {l}, head {j}", r.weights[j], r.masked) for l, r in run.layers.items() for j in heads]
+    if layer_given:  # a layer x head grid; where the layers differ, each panel names its layer's kind
+        subtitle, kinds = layers_subtitle(run, heads)
+        panels = [(f"layer {l}" + (f" ({kinds[l]})" if kinds else "") + f", head {j}", r.weights[j], r.masked)
+                  for l, r in run.layers.items() for j in heads]  # fmt: skip
         shown = figure_title(first, heads).split(": ")[-1]
         title = f"{clean(run.model.name)}: layers {', '.join(map(str, run.layers))} x {shown}"
         grid = (len(run.layers), len(heads))
-        keys, subtitle = first.key_labels, settings_line(first)
+        keys = first.key_labels
         if first.sinks is not None:  # gpt-oss: each row's sink share as a first column
             from qkv_cli.views.layer import SINK_NOTE, sink_panels
 
             shares = [r.sinks[j] for r in run.layers.values() for j in heads]
             panels, keys = sink_panels(panels, shares, keys)
             subtitle += f"; {SINK_NOTE}"
-        save_figure(draw_grid(panels, first.labels, keys, title, subtitle, scale, grid), path)
+        settings = " | ".join(settings_line(r) for r in run.layers.values())
+        fig = draw_grid(panels, first.labels, keys, title, subtitle, scale, grid, settings=settings)
+        save_figure(fig, path)
         return str(path)
     info = run.model
     title = f"{clean(info.name)}: every layer x head ({info.n_layers} x {len(heads)}), m={len(run.labels)}"
-    subtitle = (
-        f"{info.family}, kernel={run.kernel}, {first.dtype}; rows: layers, columns: heads; each tile queries x keys"
-    )
+    settings = f"{info.family}, kernel={run.kernel}, {first.dtype}; rows: layers, columns: heads"
+    subtitle = (f"{len(run.labels)} tokens; rows: layers, columns: heads ({heads_words(heads, first.tau)}); each "
+                "tile: queries (rows) x keys (columns)")  # fmt: skip
     masked = np.stack([run.layer_masked(l) for l in range(info.n_layers)])
     kinds = [t.replace("_attention", "") for t in run.layer_types] if any(run.layer_types) else None
     tiles = run.attentions[:, heads]
@@ -116,7 +121,8 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
         tiles = np.concatenate([run.sinks[:, heads, :, None], tiles], axis=-1)
         masked = np.concatenate([np.zeros((*masked.shape[:2], 1), dtype=bool), masked], axis=-1)
         subtitle += "; each tile's first column: the sink's share of the row (1 - row sum)"
-    save_figure(draw_model_view(tiles, heads, masked, title, kinds, subtitle, scale), path)
+    fig = draw_model_view(tiles, heads, masked, title, kinds, subtitle, scale, settings)
+    save_figure(fig, path)
     return str(path)
 
 

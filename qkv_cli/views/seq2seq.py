@@ -19,6 +19,19 @@ def alignment(result, layer: int | None, heads) -> np.ndarray:  # -> [steps, n]
     return rows[:, at][:, heads].mean(axis=1)
 
 
+def steps(result, layer: int | None, heads) -> list[dict]:
+    """One dict per written token: step, token, id, prob, and "read": the TOP source tokens (at: their position)
+    its cross-attention (decoder layer `layer`, default the last, mean over `heads`) read most, with weights."""
+    source, align = list(result.context.labels), alignment(result, layer, heads)
+    out = []
+    for t, row in enumerate(align):
+        top = np.argsort(-row, kind="stable")[:TOP]
+        out.append({"step": t, "token": result.tokens.labels[t], "id": int(result.step_ids[t]),
+                    "prob": float(result.step_probs[t]),
+                    "read": [{"token": source[j], "at": int(j), "weight": float(row[j])} for j in top]})  # fmt: skip
+    return out
+
+
 def emit_generation(result, layer, heads, precision: int, fmt: str, save_npz=None) -> None:
     source = [clean(s) for s in result.context.labels]
     written = [clean(s) for s in result.tokens.labels]

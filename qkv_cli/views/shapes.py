@@ -112,6 +112,7 @@ def emit_model(sh, fmt: str) -> None:
         dims["sinks"] = True
     # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
     scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)
+    L, G, dk = cache_sizes(c)
     if fmt == "json":
         doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims | {"kv_heads": c.n_kv_heads}
         if scale is not None:  # a RoPE decoder's scale (Gemma: query_pre_attn_scalar^-1/2) and soft-cap c or None
@@ -119,7 +120,7 @@ def emit_model(sh, fmt: str) -> None:
         doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
         doc["total_parameters"] = total
         doc["file_parameters"] = sh.file_params
-        doc["kv_cache_bytes_per_token"] = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+        doc["kv_cache_bytes_per_token"] = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
         doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
         print(json.dumps(doc))
         return
@@ -143,14 +144,23 @@ def emit_model(sh, fmt: str) -> None:
     console.print(table)
     unused = f"; {sh.file_params - total:,} more are stored but unused here" if sh.file_params > total else ""
     console.print(Text(f"counted from the file: {sh.file_params:,} parameters{unused}"))
-    per_token = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
-    sizes = f"L={c.n_layers} x G={c.n_kv_heads} x d_k={c.d_k} x {ITEMSIZE[dtype]} bytes"
-    console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
+    per_token = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
+    sizes = f"L={L} x G={G} x d_k={dk} x {ITEMSIZE[dtype]} bytes"
+    whose = " (the decoder's; the encoder's keys and values are computed once)" if c.seq2seq is not None else ""
+    console.print(Text(f"KV cache{whose}: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
                        f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
     if scale_words(c.d_k, scale, softcap):  # not plain Q K^T / sqrt(d_k): say what the scores are
         console.print(Text(f"scores: S = {scores_formula(c.d_k, scale, softcap)}, before the mask; "
                            f"{scale_words(c.d_k, scale, softcap, root=True)}"))  # fmt: skip
     emit_sizes(sh, "table")
+
+
+def cache_sizes(c) -> tuple[int, int, int]:
+    """(L, G, d_k) of the KV cache: an encoder-decoder's is its decoder's (the encoder's keys are computed once)."""
+    if c.seq2seq is None:
+        return c.n_layers, c.n_kv_heads, c.d_k
+    tau = c.seq2seq.dec_heads
+    return c.seq2seq.dec_layers, tau, c.d_k if c.family in ("t5", "mt5", "umt5") else c.d // tau
 
 
 def kv_cache_bytes(layers: int, G: int, dk: int, itemsize: int) -> int:

@@ -161,3 +161,25 @@ def test_smollm2_chat_ids_are_transformers_apply_chat_template(transformers, sys
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["ids"] == expected
     assert f"m = {len(expected)} tokens" in r.stderr
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({"chat": True}, DEFAULT),
+    ({"system": "it slept"}, ["it", "slept", ",", "the", "cat", ",", "then"]),
+    ({"no_system": True}, [",", "the", "cat", ",", "then"]),
+])  # fmt: skip
+def test_the_python_api_takes_the_same_chat_options(gpt, options, expected):
+    import qkv_cli.api as qkv
+
+    assert qkv.run("the cat", model=gpt, **options).tokens == expected
+    assert qkv.attribute("the cat", model=gpt, method="rollout", **options).tokens == expected
+    written = qkv.generate("the cat", model=gpt, max_new_tokens=1, **options)
+    assert written.tokens[: len(expected)] == expected
+
+
+def test_the_python_api_takes_a_chat_template_file(plain, tmp_path):
+    import qkv_cli.api as qkv
+
+    path = tmp_path / "t.jinja"
+    path.write_text(TEMPLATE)
+    assert qkv.run("the cat", model=plain, chat_template=str(path)).tokens == DEFAULT

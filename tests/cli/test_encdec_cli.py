@@ -126,9 +126,9 @@ def test_bad_input_is_one_line(folders, tmp_path):
     assert_one_line_error(invoke(["run", "the cat", "--model", bert, "--attention", "cross"]), "--attention cross",
                           "encoder-decoder")  # fmt: skip
     assert_one_line_error(invoke(["run", "the cat", "--attention", "cross"]), "--attention needs --model")
-    assert_one_line_error(invoke(["view", "the cat", "--model", bart, "--out", tmp_path / "p.html"]),
-                          "encoder-decoder")  # fmt: skip
-    assert_one_line_error(invoke(["mask", "the cat", "--model", bart]), "encoder-decoder")
+    assert_one_line_error(invoke(["view", "the cat", "--model", bart, "--target", long, "--out", tmp_path / "p.html"]),
+                          "at most 24")  # fmt: skip
+    assert_one_line_error(invoke(["mask", "the cat", "--model", bart, "--attention", "sideways"]), "sideways")
 
 
 @pytest.mark.parametrize(("name", "changes", "fragment"), [
@@ -147,4 +147,4 @@ def test_contradictory_configs_are_one_line(name, changes, fragment, tmp_path, t
 
 
 def test_every_case_is_built(folders):
-    assert {CASES[n][0] for n in CASES} == {"t5", "bart", "marian"}
+    assert {CASES[n][0] for n in CASES} == {"t5", "mt5", "umt5", "bart", "marian"}

@@ -59,3 +59,24 @@ def test_a_lesson_that_does_not_exist_is_one_line_and_exit_2(bad):
 
 def test_command_lines_are_quoted_for_a_shell():
     assert command_line(("heads", "a b", "--d", "8")) == "qkv heads 'a b' --d 8"
+
+
+@pytest.mark.parametrize("item", LESSONS, ids=[str(item.number) for item in LESSONS])
+def test_each_reading_is_two_sentences(item):
+    import re
+
+    sentences = re.split(r"(?<=[.?!])\s+(?=[A-Z`])", item.reading.strip())
+    assert len(sentences) == 2, sentences
+
+
+def test_the_readings_claims_hold_in_the_live_output():
+    identity = invoke("learn", "3").stdout
+    roles = [line.split()[-1] for line in identity.splitlines() if line.strip()[:1].isdigit() and "self" in line]
+    assert roles == ["self", "self"], identity  # "both heads come out as `self`"
+    scale = invoke("learn", "4").stdout.split("$ qkv")[1:]  # auto, none, sqrt
+    rows = [[line.split() for line in part.splitlines() if line.strip()[:1].isdigit() and "mixed" in line]
+            for part in scale]  # fmt: skip
+    entropy = [[float(r[1]) for r in part] for part in rows]
+    grad = [[float(r[9]) for r in part] for part in rows]
+    assert min(entropy[0]) > 1 and max(entropy[1]) < 0.1  # unscaled: the softmax saturates (entropy near 0)
+    assert max(grad[2]) < max(grad[1]) < min(grad[0])  # the gradient falls to 0, and --scale sqrt is worse still

@@ -116,8 +116,9 @@ def test_longrope_generation_crossing_the_original_context(tmp_path, torch, tran
         p = np.exp(z - z.max())
         p /= p.sum()
         np.testing.assert_allclose(gen.step_probs[t], p[want[t]], atol=1e-5, err_msg=f"step {t}")
+    # float32's tolerance, 1e-5: a cached row and a full pass sum in other orders (up to 5.2e-6 measured, by host)
     n = len(prompt) + 11  # the last step's query reads 16 tokens
     full = ours.forward(prompt + want[:-1]).attentions  # one pass over them: long factors for every key
-    np.testing.assert_allclose(gen.step_attentions[-1, :, :, :n], full[:, :, -1, :n], atol=5e-6)
+    np.testing.assert_allclose(gen.step_attentions[-1, :, :, :n], full[:, :, -1, :n], atol=1e-5)
     short = ours.forward(prompt + want[:2]).attentions  # 7 tokens: short factors
-    np.testing.assert_allclose(gen.step_attentions[2, :, :, :7], short[:, :, -1, :7], atol=5e-6)
+    np.testing.assert_allclose(gen.step_attentions[2, :, :, :7], short[:, :, -1, :7], atol=1e-5)

