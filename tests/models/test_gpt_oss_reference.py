@@ -200,7 +200,7 @@ def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
     grid, view = figures.draw_grid, figures.draw_model_view
 
     def seen_grid(panels, rows, cols, *a, **k):
-        drawn["grid"] = (panels, cols)
+        drawn["grid"] = (panels, cols, a[1])  # a: title, subtitle, ...
         return grid(panels, rows, cols, *a, **k)
 
     def seen_view(tiles, *a, **k):
@@ -209,9 +209,9 @@ def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
 
     monkeypatch.setattr(figures, "draw_grid", seen_grid)
     monkeypatch.setattr(figures, "draw_model_view", seen_view)
-    fig = heatmap_figure(run.layers[1], [0, 2])
-    panels, cols = drawn["grid"]
-    assert cols[0] == "sink" and cols[1:] == run.labels and "sink" in fig.qkv_meta[1]
+    heatmap_figure(run.layers[1], [0, 2])
+    panels, cols, subtitle = drawn["grid"]
+    assert cols[0] == "sink" and cols[1:] == run.labels and "column 'sink'" in subtitle
     for (_, grid_, _), j in zip(panels, [0, 2], strict=True):
         np.testing.assert_array_equal(grid_[:, 0], run.sinks[1, j])
         np.testing.assert_array_equal(grid_[:, 1:], run.attentions[1, j])
