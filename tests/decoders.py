@@ -11,6 +11,9 @@ import shutil
 BASE = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
         "intermediate_size": 48, "max_position_embeddings": 64, "tie_word_embeddings": False}  # fmt: skip
 
+MLA = {"num_key_value_heads": 4, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+       "v_head_dim": 6, "first_k_dense_replace": 3, "rms_norm_eps": 1e-5}  # fmt: skip
+
 # name -> (model_type, config overrides); texts are 12-20 tokens, so every window below is shorter
 CASES = {
     "llama": ("llama", {"rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}),
@@ -46,6 +49,12 @@ CASES = {
                                "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
                                                    "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
+    # multi-head latent attention: q.k width 8 + 4 = 12, values 6 wide; every layer dense (the MoE ones: below)
+    "deepseek_v3": ("deepseek_v3", {**MLA, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "deepseek_v3-yarn": ("deepseek_v3", {**MLA, "q_lora_rank": None, "rope_interleave": False, "attention_bias": True,
+                                         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100.0,
+                                                             "mscale": 0.9, "mscale_all_dim": 0.7,
+                                                             "original_max_position_embeddings": 16}}),
 }  # fmt: skip
 
 

@@ -39,6 +39,7 @@ FAMILIES = {
     "olmo2": "qkv_cli.models.olmo2",
     "smollm3": "qkv_cli.models.smollm3",
     "phi3": "qkv_cli.models.phi3",
+    "deepseek_v3": "qkv_cli.models.deepseek_v3",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "bart": "qkv_cli.models.bart",
