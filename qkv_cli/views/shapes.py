@@ -29,7 +29,7 @@ def emit(sh, fmt: str) -> None:
 
 def emit_sizes(sh, fmt: str) -> None:
     d, tau, m, n, dtype, kv_heads, mats = sh.d, sh.tau, sh.m, sh.n, sh.dtype, sh.kv_heads, sh.mats
-    dk = mats[1].cols
+    dk = sh.model.d_k if getattr(sh.model, "latent", None) else mats[1].cols  # MLA: mats[1] is W^DQ
     if fmt == "json":
         doc = as_json(d, tau, m, mats, n, dtype)
         if kv_heads is not None:
@@ -99,6 +99,10 @@ def emit_model(sh, fmt: str) -> None:
     if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
         dims["nope_layers"] = list(c.rope.no_rope)
     r = c.rope.ropes[""] if c.rope is not None else None
+    latent = getattr(c, "latent", None)
+    if latent is not None:  # multi-head latent attention: its ranks and widths
+        dims |= {"q_lora_rank": latent.q_rank, "kv_lora_rank": latent.kv_rank, "d_nope": latent.d_nope,
+                 "d_rope": latent.d_rope, "d_v": latent.d_v}  # fmt: skip
     if r is not None and r.rot < c.d_k:  # partial rotary (GPT-NeoX, Phi-4-mini): the first rot dimensions turn
         dims["rotary_dims"] = r.rot
     if r is not None and r.kind == "longrope":  # Phi-3: short factors up to this length, long ones beyond
@@ -113,6 +117,11 @@ def emit_model(sh, fmt: str) -> None:
         doc["total_parameters"] = total
         doc["file_parameters"] = sh.file_params
         doc["kv_cache_bytes_per_token"] = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+        if latent is not None:
+            from qkv_cli.pipeline.mla_shapes import cache_numbers
+
+            doc["kv_cache_numbers_per_token_layer"] = cache_numbers(c)
+            doc["kv_cache_bytes_per_token"] = c.n_layers * latent.cached * ITEMSIZE[dtype]
         doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
         print(json.dumps(doc))
         return
@@ -136,10 +145,16 @@ def emit_model(sh, fmt: str) -> None:
     console.print(table)
     unused = f"; {sh.file_params - total:,} more are stored but unused here" if sh.file_params > total else ""
     console.print(Text(f"counted from the file: {sh.file_params:,} parameters{unused}"))
-    per_token = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
-    sizes = f"L={c.n_layers} x G={c.n_kv_heads} x d_k={c.d_k} x {ITEMSIZE[dtype]} bytes"
-    console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
-                       f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
+    if latent is not None:
+        from qkv_cli.pipeline.mla_shapes import cache_lines
+
+        for line in cache_lines(c, ITEMSIZE[dtype], m):
+            console.print(Text(line))
+    else:
+        per_token = kv_cache_bytes(c.n_layers, c.n_kv_heads, c.d_k, ITEMSIZE[dtype])
+        sizes = f"L={c.n_layers} x G={c.n_kv_heads} x d_k={c.d_k} x {ITEMSIZE[dtype]} bytes"
+        console.print(Text(f"KV cache: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
+                           f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
     if scale_words(c.d_k, scale, softcap):  # not plain Q K^T / sqrt(d_k): say what the scores are
         console.print(Text(f"scores: S = {scores_formula(c.d_k, scale, softcap)}, before the mask; "
                            f"{scale_words(c.d_k, scale, softcap, root=True)}"))  # fmt: skip
