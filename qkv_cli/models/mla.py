@@ -152,8 +152,9 @@ def decompress(C, R, w: LatentWeights):  # [n, r_kv], [n, d_rope] -> K [tau, n, 
     return K, np.ascontiguousarray(kv[..., lt.d_nope :])
 
 
-def latent_attention(H, w: LatentWeights, hooks: Hooks, mask, kernel, cache=None, into=None,
-                     rows=None) -> Attended:  # fmt: skip  [m, d] -> output [m, d], Q [tau, m, d_k], V [tau, n, d_v]
+def latent_attention(
+    H, w: LatentWeights, hooks: Hooks, mask, kernel, cache=None, into=None, rows=None
+) -> Attended:  # fmt: skip  [m, d] -> output [m, d], Q [tau, m, d_k], V [tau, n, d_v]
     """Multi-head latent attention of one layer; see the module docstring. cache: a LatentCache (the new tokens'
     latents and RoPE keys are appended, and every cached one is decompressed); into, rows: as self_attention's."""
     m, lt = H.shape[0], w.latent
