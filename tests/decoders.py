@@ -14,6 +14,9 @@ BASE = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "
 MLA = {"num_key_value_heads": 4, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
        "v_head_dim": 6, "first_k_dense_replace": 3, "rms_norm_eps": 1e-5}  # fmt: skip
 
+MOE = {"first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
+       "moe_intermediate_size": 8, "n_shared_experts": 1, "routed_scaling_factor": 2.5}  # fmt: skip
+
 # name -> (model_type, config overrides); texts are 12-20 tokens, so every window below is shorter
 CASES = {
     "llama": ("llama", {"rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}),
@@ -55,6 +58,8 @@ CASES = {
                                          "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100.0,
                                                              "mscale": 0.9, "mscale_all_dim": 0.7,
                                                              "original_max_position_embeddings": 16}}),
+    # DeepSeekMoE after the first layer: 8 routed experts in 2 groups (a token picks from 1), 2 per token, 1 shared
+    "deepseek_v3-moe": ("deepseek_v3", {**MLA, **MOE}),
 }  # fmt: skip
 
 
@@ -76,9 +81,8 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
 
     vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(
-        config(transformers, name, vocab), attn_implementation="eager"
-    )
+    cfg = config(transformers, name, vocab)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **eager_experts(cfg))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "norm" in pname:
@@ -86,10 +90,18 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
                 p.copy_(torch.randn_like(p) * 0.3 + (0.0 if gemma else 1.0))
             else:
                 p.copy_(torch.randn_like(p) * 0.3)
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):  # DeepSeek-V3's router bias: random, so that it matters
+                b.copy_(torch.randn_like(b) * 0.3)
     model.eval()
     model.save_pretrained(folder, safe_serialization=True)
     shutil.copy(BPE_PATH, folder / "tokenizer.json")
     return model
+
+
+def eager_experts(cfg) -> dict:
+    """A MoE model's experts as transformers' plain loop over experts (its grouped matmul refuses float64)."""
+    return {"experts_implementation": "eager"} if getattr(cfg, "num_local_experts", None) else {}
 
 
 def attentions(torch, model, ids) -> list:
@@ -135,6 +147,12 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
         torch.Tensor.float = lambda tensor, *a, **k: plain_to(tensor, torch.float64)
         torch.Tensor.to = to
         torch.nn.functional.softmax = softmax
+        self.plain_type = plain_type = torch.Tensor.type  # DeepSeek-V3's router: x.type(torch.float32)
+
+        def as_type(tensor, dtype=None, *args, **kwargs):
+            return plain_type(tensor, torch.float64 if dtype is torch.float32 else dtype, *args, **kwargs)
+
+        torch.Tensor.type = as_type
         return self
 
     def __exit__(self, *exc):
@@ -143,10 +161,12 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
             self.saved
         )
         torch.set_default_dtype(default)
+        torch.Tensor.type = self.plain_type
 
 
 def float64_twin(transformers, torch, model):
     """The same weights in a model built float64 throughout (see float64_everywhere); use it inside that context."""
-    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64)
+    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64,
+                                                         **eager_experts(model.config))  # fmt: skip
     twin.load_state_dict(model.state_dict())
     return twin.eval()

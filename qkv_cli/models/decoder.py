@@ -63,6 +63,7 @@ class Block:
     up: Linear  # d -> d_ff
     gate: Linear | None  # d -> d_ff (gated MLP), or None
     down: Linear  # d_ff -> d
+    moe: object = None  # a mixture-of-experts layer's MLP in place of up, gate, down (deepseek_moe.MoeLayer)
 
 
 @dataclass
