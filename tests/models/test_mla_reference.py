@@ -143,3 +143,45 @@ def test_bad_mla_keys_are_one_line_exit_2_before_weights(changes, fragment, buil
     for command in (["run", "a b c"], ["shapes"]):
         r = CliRunner().invoke(app, [*command, "--model", str(bad)])
         assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_moe_layers_route_as_transformers(built, monkeypatch, torch):
+    """Layers after first_k_dense_replace choose transformers' experts with its weights (sigmoid scores, the
+    correction bias steering the choice within the best group, renormalised, times routed_scaling_factor 2.5); the
+    first layer is dense; the correction bias changes some choice (it is read)."""
+    from qkv_cli.models import deepseek_moe
+    from qkv_cli.models.moe import route
+
+    folder, model = built("deepseek_v3-moe")
+    ids = ids_for(17, 8)
+    want = {}
+
+    def keep(l):
+        def hook(module, args, out):  # returns None: the output stays transformers'
+            want[l] = (args[0], out)
+
+        return hook
+
+    hooks = [layer.mlp.gate.register_forward_hook(keep(l)) for l, layer in enumerate(model.model.layers)
+             if hasattr(layer.mlp, "gate")]  # fmt: skip
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hooks:
+        h.remove()
+    got = []
+    plain = deepseek_moe.MoeLayer.__call__
+    monkeypatch.setattr(deepseek_moe.MoeLayer, "__call__", lambda self, x: got.append((self, x)) or plain(self, x))
+    ours = load_model(folder, dtype="float32")
+    ours.forward(ids)
+    assert sorted(want) == [1, 2] and len(got) == 2 and ours.params.blocks[0].moe is None
+    steered = False
+    for (layer, x), (l, (x_ref, (_, weights, top))) in zip(got, sorted(want.items()), strict=True):
+        np.testing.assert_allclose(x, x_ref[0].numpy(), atol=1e-5, err_msg=f"layer {l}: the router's input")
+        routing = route(layer.router(x), layer.options, layer.correction)
+        order = np.argsort(top.numpy(), axis=1)  # transformers' top-k is unsorted: compare as sets
+        np.testing.assert_array_equal(np.sort(routing.top, axis=1), np.take_along_axis(top.numpy(), order, 1))
+        mine = np.take_along_axis(routing.weights, np.argsort(routing.top, axis=1), 1)
+        np.testing.assert_allclose(mine, np.take_along_axis(weights.numpy(), order, 1), atol=1e-6)
+        np.testing.assert_allclose(routing.weights.sum(axis=1), 2.5, rtol=1e-5)
+        steered |= bool((np.sort(route(layer.router(x), layer.options).top, 1) != np.sort(routing.top, 1)).any())
+    assert steered
