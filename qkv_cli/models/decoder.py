@@ -118,6 +118,8 @@ def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
     if "qnorm" in n:
         out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,
                           "per_head": c.attention.qk_norm == "head"}  # fmt: skip
+    if c.latent is not None:  # multi-head latent attention: its latents' matrices and norms
+        out["latent"] = p.blocks[layer].attn.steps()
     return out
 
 

@@ -98,6 +98,19 @@ class LatentWeights:
         return {"Wq": Wq, "Wk": Wkv[..., : lt.d_nope], "Wv": Wkv[..., lt.d_nope :], "Wo": self.o.x_at_W,
                 "bq": None, "bk": None, "bv": None, "bo": self.o.b}  # fmt: skip
 
+    def steps(self) -> dict:
+        """What `qkv explain` needs to redo the layer (in the notation's orientation, H W): W_dq, b_dq, q_norm
+        (None without a query latent: Wq is then W^Q), W_dkv, b_dkv, kv_norm ({"w", "eps"}) and the widths."""
+        lt = self.latent
+
+        def norm(n):
+            return None if n is None else {"w": n.w, "eps": n.eps}
+
+        return {"d_nope": lt.d_nope, "d_rope": lt.d_rope, "d_v": lt.d_v, "kv_rank": lt.kv_rank,
+                "W_dq": None if self.q_a is None else self.q_a.x_at_W, "b_dq": None if self.q_a is None else self.q_a.b,
+                "q_norm": norm(self.q_norm), "W_dkv": self.kv_a.x_at_W, "b_dkv": self.kv_a.b,
+                "kv_norm": norm(self.kv_norm)}  # fmt: skip
+
 
 class LatentCache:
     """One layer's MLA cache: the latent N_kv(c^KV) and the turned RoPE key RoPE(k^R) of every token so far."""

@@ -185,3 +185,32 @@ def test_moe_layers_route_as_transformers(built, monkeypatch, torch):
         np.testing.assert_allclose(routing.weights.sum(axis=1), 2.5, rtol=1e-5)
         steered |= bool((np.sort(route(layer.router(x), layer.options).top, 1) != np.sort(routing.top, 1)).any())
     assert steered
+
+
+@pytest.mark.parametrize("name", ["deepseek_v3", "deepseek_v3-yarn"])
+def test_explain_shows_the_nope_and_rope_parts_of_a_score(name, built):
+    """explain recomputes the latents, Q, K, V from H with the plain formulas; S = S^C + S^R, and one query's
+    q . k_t = q^C . k^C + q^R . k^R for each key; RoPE turns the last d_rope dimensions only."""
+    folder, _ = built(name)
+    common = ["the cat sat on the mat", "--model", str(folder), "--layer", "2", "--format", "json", "--head", "3"]
+    run = json.loads(CliRunner().invoke(app, ["run", *common, "--show", "q,k,v,weights"]).stdout)["layers"]["2"]
+    r = CliRunner().invoke(app, ["explain", *common, "--query", "4"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    steps = {k: np.array(v["matrix"], dtype=float) for k, v in doc["steps"].items()}
+    np.testing.assert_allclose(steps["Q"], run["Q"][0], atol=1e-9)  # --head 3: the run keeps its queries
+    for x in ("K", "V"):  # and every head's keys and values
+        np.testing.assert_allclose(steps[x], run[x][doc["kv_head"]], atol=1e-9, err_msg=x)
+    assert steps["V"].shape[1] == 6 and steps["c_kv"].shape[1] == 10 and steps["k_rope"].shape[1] == 4
+    assert ("c_q" in steps) == (name == "deepseek_v3")  # the yarn case has no query latent (q_lora_rank null)
+    np.testing.assert_allclose(steps["scores_nope"] + steps["scores_rope"], steps["scores"], atol=1e-12)
+    np.testing.assert_allclose(steps["weights"], run["weights"][0], atol=1e-9)
+    z = doc["query"]
+    np.testing.assert_allclose(np.add(z["dot_nope"], z["dot_rope"]), z["dot"], atol=1e-12)
+    assert z["rope"]["pairs"] == [[8, 10], [9, 11]]
+    np.testing.assert_array_equal(steps["Q"][:, :8], steps["Q_pre_rope"][:, :8])
+    table = ["explain", "the cat sat on the mat", "--model", str(folder), "--layer", "2"]
+    zoomed = CliRunner().invoke(app, [*table, "--query", "4"]).stdout
+    assert "q^C . k^C" in zoomed and "+ q^R . k^R" in zoomed
+    walk = " ".join(CliRunner().invoke(app, table).stdout.split())
+    assert "S^C = Q^C K^C^T * scale: the nope part" in walk and "S = S^C + S^R = Q^[0] K^[0]^T * scale" in walk
