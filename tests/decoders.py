@@ -60,6 +60,10 @@ CASES = {
                                                              "original_max_position_embeddings": 16}}),
     # DeepSeekMoE after the first layer: 8 routed experts in 2 groups (a token picks from 1), 2 per token, 1 shared
     "deepseek_v3-moe": ("deepseek_v3", {**MLA, **MOE}),
+    # DeepSeek-V2: a softmax router, the k best (greedy) or the k best within the best group, never renormalised
+    "deepseek_v2": ("deepseek_v2", {**MLA, **MOE, "routed_scaling_factor": 1.5}),
+    "deepseek_v2-groups": ("deepseek_v2", {**MLA, **MOE, "q_lora_rank": None, "topk_method": "group_limited_greedy",
+                                           "rope_parameters": {"rope_type": "default", "rope_theta": 200.0}}),
 }  # fmt: skip
 
 
@@ -101,7 +105,8 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
 
 def eager_experts(cfg) -> dict:
     """A MoE model's experts as transformers' plain loop over experts (its grouped matmul refuses float64)."""
-    return {"experts_implementation": "eager"} if getattr(cfg, "num_local_experts", None) else {}
+    moe = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)  # DeepSeek-V2: num_experts
+    return {"experts_implementation": "eager"} if moe else {}
 
 
 def attentions(torch, model, ids) -> list:
@@ -153,6 +158,13 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
             return plain_type(tensor, torch.float64 if dtype is torch.float32 else dtype, *args, **kwargs)
 
         torch.Tensor.type = as_type
+        self.plain_tensor_softmax = plain_tensor_softmax = torch.Tensor.softmax  # DeepSeek-V2's router
+
+        def tensor_softmax(tensor, *args, dtype=None, **kwargs):
+            return plain_tensor_softmax(tensor, *args, dtype=torch.float64 if dtype is torch.float32 else dtype,
+                                        **kwargs)  # fmt: skip
+
+        torch.Tensor.softmax = tensor_softmax
         return self
 
     def __exit__(self, *exc):
@@ -162,6 +174,7 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
         )
         torch.set_default_dtype(default)
         torch.Tensor.type = self.plain_type
+        torch.Tensor.softmax = self.plain_tensor_softmax
 
 
 def float64_twin(transformers, torch, model):

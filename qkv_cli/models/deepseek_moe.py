@@ -20,8 +20,10 @@ from qkv_cli.models.moe import Moe
 ROLE_OF = {"gate_proj": "gate", "up_proj": "up", "down_proj": "down"}
 
 
-def options(keys, n_layers: int) -> Moe | None:
-    """The Moe options, or None when every layer is dense (no routed experts, or first_k_dense_replace >= L)."""
+def options(keys, n_layers: int, router: str = "sigmoid_groups") -> Moe | None:
+    """The Moe options, or None when every layer is dense (no routed experts, or first_k_dense_replace >= L).
+    router: DeepSeek-V3's sigmoid_groups; DeepSeek-V2's softmax_topk ("greedy") or softmax_groups, whose weights
+    transformers never renormalises."""
     experts = keys.int("n_routed_experts", None)
     dense = keys.int("first_k_dense_replace", 0)
     if not experts or dense >= n_layers:
@@ -30,8 +32,8 @@ def options(keys, n_layers: int) -> Moe | None:
     return Moe(
         experts=experts,
         top_k=keys.int("num_experts_per_tok"),
-        router="sigmoid_groups",
-        normalise=keys.bool("norm_topk_prob", True),
+        router=router,
+        normalise=keys.bool("norm_topk_prob", True) if router == "sigmoid_groups" else False,
         scaling=keys.number("routed_scaling_factor", 1.0),
         d_expert=d_expert,
         d_shared=keys.int("n_shared_experts", 0) * d_expert,
@@ -48,8 +50,9 @@ def is_moe(c: ModelConfig, l: int) -> bool:
 def tensor_names(c: ModelConfig, p: str, r: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """A MoE layer's MLP tensors: layer prefix p ('layers.3.'), role prefix r ('3.') -> name: (shape, role)."""
     o, d = c.moe, c.d
-    out = {p + "mlp.gate.weight": ((o.experts, d), r + "router.w"),
-           p + "mlp.gate.e_score_correction_bias": ((o.experts,), r + "router.bias")}  # fmt: skip
+    out = {p + "mlp.gate.weight": ((o.experts, d), r + "router.w")}
+    if o.router == "sigmoid_groups":  # DeepSeek-V3's correction bias (V2 has none)
+        out[p + "mlp.gate.e_score_correction_bias"] = ((o.experts,), r + "router.bias")
     widths = [(f"experts.{e}.", f"expert{e}.", o.d_expert) for e in range(o.experts)]
     if o.d_shared:
         widths.append(("shared_experts.", "shared.", o.d_shared))
@@ -73,8 +76,12 @@ def parameter_table(c: ModelConfig, dense_table: list[Param]) -> list[Param]:
         out.append(row)
         if row.name == "W_down" or (row.name == "mlp_in_norm" and n_moe == c.n_layers):
             out += [
-                Param("W_router", "W_r", (d, o.experts), n_moe, "router: one score per expert (sigmoid)"),
-                Param("b_corr", "b_corr", (o.experts,), n_moe, "router correction bias (steers the choice only)"),
+                Param("W_router", "W_r", (d, o.experts), n_moe, "router: one score per expert"),
+                *(
+                    [Param("b_corr", "b_corr", (o.experts,), n_moe, "router correction bias (steers the choice only)")]
+                    if o.router == "sigmoid_groups"
+                    else []
+                ),
                 Param("W_gate_e", "W_gate^e", (d, o.d_expert), n_moe * o.experts, "routed expert e, gate"),
                 Param("W_up_e", "W_up^e", (d, o.d_expert), n_moe * o.experts, "routed expert e, expansion"),
                 Param("W_down_e", "W_down^e", (o.d_expert, d), n_moe * o.experts, "routed expert e, back to d"),
@@ -124,7 +131,7 @@ def weights(get, c: ModelConfig, l: int, act) -> MoeLayer:
 
     return MoeLayer(
         Linear(get(r + "router.w"), None, out_in=True),
-        get(r + "router.bias"),
+        get(r + "router.bias") if o.router == "sigmoid_groups" else None,
         Experts(stack["gate"], stack["up"], stack["down"], act),
         shared,
         o,

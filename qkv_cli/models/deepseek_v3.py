@@ -29,7 +29,12 @@ SPEC = decoder_config.Spec()
 
 
 def read_config(keys) -> dict:
-    """The ModelConfig fields: the shared decoder's, with MLA's widths (models.mla.Latent) and its scale."""
+    return read(keys, keys.get("rope_interleave", True), "sigmoid_groups")
+
+
+def read(keys, interleaved, router: str) -> dict:
+    """The ModelConfig fields: the shared decoder's, with MLA's widths (models.mla.Latent) and its scale, and the
+    MoE layers' options (router: a models.moe.ROUTERS kind)."""
     from qkv_cli.models.mla import Latent
 
     try:
@@ -39,7 +44,7 @@ def read_config(keys) -> dict:
             d_nope=keys.int("qk_nope_head_dim"),
             d_rope=keys.int("qk_rope_head_dim"),
             d_v=keys.int("v_head_dim"),
-            interleaved=keys.get("rope_interleave", True),
+            interleaved=interleaved,
         )
     except QkvError as exc:
         message = str(exc)
@@ -51,7 +56,7 @@ def read_config(keys) -> dict:
         raise QkvError(f"{keys.where}: 'num_key_value_heads' ({G}) must equal 'num_attention_heads' ({tau}): "
                        "multi-head latent attention decompresses keys and values for every head")  # fmt: skip
     try:
-        moe = deepseek_moe.options(keys, keys.int("num_hidden_layers"))
+        moe = deepseek_moe.options(keys, keys.int("num_hidden_layers"), router)
     except QkvError as exc:
         message = str(exc)
         raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None

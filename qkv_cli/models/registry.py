@@ -40,6 +40,7 @@ FAMILIES = {
     "smollm3": "qkv_cli.models.smollm3",
     "phi3": "qkv_cli.models.phi3",
     "deepseek_v3": "qkv_cli.models.deepseek_v3",
+    "deepseek_v2": "qkv_cli.models.deepseek_v2",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "bart": "qkv_cli.models.bart",
