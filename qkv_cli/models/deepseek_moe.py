@@ -26,8 +26,8 @@ def options(keys, n_layers: int, router: str = "sigmoid_groups") -> Moe | None:
     transformers never renormalises."""
     experts = keys.int("n_routed_experts", None)
     dense = keys.int("first_k_dense_replace", 0)
-    if not experts or dense >= n_layers:
-        return None
+    if experts is None or dense >= n_layers:
+        return None  # 0 experts on a MoE layer is refused by Moe
     d_expert = keys.int("moe_intermediate_size")
     return Moe(
         experts=experts,

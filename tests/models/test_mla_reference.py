@@ -218,3 +218,21 @@ def test_explain_shows_the_nope_and_rope_parts_of_a_score(name, built):
     assert "q^C . k^C" in zoomed and "+ q^R . k^R" in zoomed
     walk = " ".join(CliRunner().invoke(app, table).stdout.split())
     assert "S^C = Q^C K^C^T * scale: the nope part" in walk and "S = S^C + S^R = Q^[0] K^[0]^T * scale" in walk
+
+
+@pytest.mark.parametrize(
+    "name,changes,fragment",
+    [
+        ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "chosen per token (9) cannot exceed the experts (8)"),
+        ("deepseek_v3-moe", {"n_routed_experts": 0}, "experts must be a whole number of at least 1, got 0"),
+        ("deepseek_v3-moe", {"n_group": 3}, "the experts (8) must split evenly into n_group (3) groups"),
+        ("deepseek_v3-moe", {"topk_group": 3}, "topk_group (3) cannot exceed n_group (2)"),
+        ("deepseek_v3-moe", {"routed_scaling_factor": 0}, "routed_scaling_factor must be a positive number"),
+        ("deepseek_v2", {"topk_method": "noaux_tc"}, "'topk_method' 'noaux_tc' is not supported"),
+    ],
+)  # fmt: skip
+def test_bad_moe_keys_are_one_line_exit_2_before_weights(name, changes, fragment, built, tmp_path):
+    folder, _ = built(name)
+    bad = copy_with(folder, tmp_path, changes, weights=False)
+    r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
+    assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
