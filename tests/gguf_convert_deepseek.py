@@ -6,8 +6,10 @@ DeepseekV2Model in llama.cpp's convert_hf_to_gguf.py (conversion/deepseek.py), n
   r_kv + d_rope and value_length r_kv (the latent as one head), key_length_mla d_nope + d_rope and
   value_length_mla d_v, expert_feed_forward_length, expert_count, expert_shared_count, expert_weights_scale,
   expert_weights_norm (when true), rope.dimension_count d_rope, and 0.1 mscale_all_dim as yarn_log_multiplier.
-- tensors (modify_tensors): kv_b_proj split per head into k_b_proj (W^UK transposed: (tau, r_kv, d_nope)) and
-  v_b_proj ((tau, d_v, r_kv)); no RoPE rows permuted; names from gguf-py's TensorNameMap; F32.
+- tensors (modify_tensors): each layer's experts stacked into one (E, ...) tensor per projection,
+  e_score_correction_bias renamed e_score_correction.bias; kv_b_proj split per head into k_b_proj (W^UK
+  transposed: (tau, r_kv, d_nope)) and v_b_proj ((tau, d_v, r_kv)); no RoPE rows permuted; names from gguf-py's
+  TensorNameMap; F32.
 """
 
 from __future__ import annotations
@@ -41,7 +43,14 @@ def parameters(gguf, w, h: dict) -> None:
     w.add_key_length_mla(h["qk_nope_head_dim"] + dr)
     w.add_value_length_mla(h["v_head_dim"])
     w.add_expert_feed_forward_length(h["moe_intermediate_size"])
-    w.add_expert_count(h["n_routed_experts"])
+    w.add_expert_count(h["n_routed_experts"])  # TextModel: expert_count, expert_used_count, the groups, gating
+    w.add_expert_used_count(h["num_experts_per_tok"])
+    if h.get("n_group") is not None:
+        w.add_expert_group_count(h["n_group"])
+    if h.get("topk_group") is not None:
+        w.add_expert_group_used_count(h["topk_group"])
+    if h["model_type"] == "deepseek_v3":  # DeepSeek-V3's config.json says scoring_func "sigmoid" (v5 drops it)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_expert_shared_count(h["n_shared_experts"])
     w.add_expert_weights_scale(h["routed_scaling_factor"])
     if h.get("norm_topk_prob"):
@@ -51,10 +60,23 @@ def parameters(gguf, w, h: dict) -> None:
         w.add_rope_scaling_yarn_log_mul(0.1 * rope["mscale_all_dim"])
 
 
-def modified(h: dict, name: str, x) -> list:
-    """(Hugging Face-style name, array) pairs that modify_tensors yields for one tensor."""
+def modified(h: dict, name: str, x, held: dict) -> list:
+    """(Hugging Face-style name, array) pairs that modify_tensors yields for one tensor; held: a layer's experts
+    until all are there (then stacked, one (E, ...) tensor per projection)."""
     if name == "lm_head.weight" and h["tie_word_embeddings"]:
         return []
+    if name.endswith("e_score_correction_bias"):  # gguf-py's name: e_score_correction.bias
+        return [(name.replace("e_score_correction_bias", "e_score_correction.bias"), x)]
+    if ".mlp.experts." in name:
+        held[name] = x
+        layer, E = name.split(".mlp.experts.")[0], h["n_routed_experts"]
+        if sum(k.startswith(layer + ".") for k in held) < 3 * E:
+            return []
+        out = []
+        for w_name in ("down_proj", "gate_proj", "up_proj"):
+            names = [f"{layer}.mlp.experts.{e}.{w_name}.weight" for e in range(E)]
+            out.append((f"{layer}.mlp.experts.{w_name}.weight", np.stack([held.pop(n) for n in names])))
+        return out
     if name.endswith("kv_b_proj.weight"):
         tau, dn, dv = h["num_attention_heads"], h["qk_nope_head_dim"], h["v_head_dim"]
         kv_b = x.reshape(tau, dn + dv, x.shape[-1])
@@ -63,8 +85,12 @@ def modified(h: dict, name: str, x) -> list:
     return [(name, x)]
 
 
-def convert(gguf, model, path) -> None:
-    """Write a dense DeepSeek-V3 `model` to `path` as convert_hf_to_gguf.py's DeepseekV2Model does."""
+def convert(gguf, model, path, folder) -> None:
+    """Write a DeepSeek-V3 (or V2) `model`, saved in `folder`, to `path` as convert_hf_to_gguf.py's DeepseekV2Model
+    does: from the folder's safetensors (one matrix per expert, as transformers saves them; its modules hold them
+    fused)."""
+    from safetensors.numpy import load_file
+
     h = model.config.to_dict()
     arch = gguf.MODEL_ARCH.DEEPSEEK2
     w = gguf.GGUFWriter(str(path), gguf.MODEL_ARCH_NAMES[arch])
@@ -73,8 +99,9 @@ def convert(gguf, model, path) -> None:
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     write_vocab(w)
     names = gguf.get_tensor_name_map(arch, h["num_hidden_layers"])
-    for name, t in model.state_dict().items():
-        for hf, x in modified(h, name, t.detach().numpy()):
+    held: dict = {}
+    for name, stored in load_file(folder / "model.safetensors").items():
+        for hf, x in modified(h, name, stored, held):
             new = names.get_name(hf, try_suffixes=(".weight", ".bias"))
             assert new is not None, f"llama.cpp has no name for {hf}"
             w.add_tensor(new, np.ascontiguousarray(x, dtype=np.float32))

@@ -4,8 +4,9 @@ Hugging Face's deepseek_v3 / deepseek_v2 checkpoints.
 What the converter changed is undone here: it writes multi-head latent attention as one key/value head
 (head_count_kv 1, key_length r_kv + d_rope), its own widths as key_length_mla / value_length_mla; it splits
 kv_b_proj into attn_k_b (per head W^UK transposed, (tau, r_kv, d_nope)) and attn_v_b ((tau, d_v, r_kv)), or keeps
-attn_kv_b (older files). It permutes no RoPE rows: llama.cpp turns DeepSeek's interleaved pairs as they are. Files
-with mixture-of-experts layers are refused (their expert tensors are not mapped yet).
+attn_kv_b (older files); it stacks each MoE layer's experts into ffn_{gate,up,down}_exps (E, ...) and names the
+router's correction bias exp_probs_b. It permutes no RoPE rows: llama.cpp turns DeepSeek's interleaved pairs as they
+are. The router: expert_gating_func 2 (sigmoid) is DeepSeek-V3's; 1 or absent (softmax) DeepSeek-V2's.
 """
 
 from __future__ import annotations
@@ -18,12 +19,15 @@ from qkv_cli.models.weights import Tensor
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
     "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm", "attn_q_b": "self_attn.q_b_proj",
     "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa", "attn_kv_a_norm": "self_attn.kv_a_layernorm",
-    "attn_kv_b": "self_attn.kv_b_proj",
+    "attn_kv_b": "self_attn.kv_b_proj", "ffn_gate_inp": "mlp.gate", "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+    "ffn_up_shexp": "mlp.shared_experts.up_proj", "ffn_down_shexp": "mlp.shared_experts.down_proj",
 }  # fmt: skip
+EXPERTS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
+GATING = {1: "softmax", 2: "sigmoid"}  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE
 
 
 def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
-    """Fill raw (config.json keys) with a deepseek2 file's MLA keys."""
+    """Fill raw (config.json keys) with a deepseek2 file's MLA and MoE keys."""
     a = "deepseek2."
 
     def get(key):
@@ -42,11 +46,20 @@ def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
         "rope_interleave": True, "first_k_dense_replace": get("leading_dense_block_count") or 0,
         "attention_bias": "blk.0.attn_kv_a_mqa.bias" in tensors,
     })  # fmt: skip
-    dense, layers = raw["first_k_dense_replace"], raw.get("num_hidden_layers")
-    if get("expert_count") and type(layers) is int and dense < layers:
-        raise QkvError(f"{where}: the mixture-of-experts layers of a deepseek2 file (from layer {dense}) are not "
-                       "supported yet: only files whose every layer is dense (leading_dense_block_count = "
-                       "block_count) are read")  # fmt: skip
+    experts, gating = get("expert_count"), get("expert_gating_func") or 1  # absent: softmax (DeepSeek-V2's files)
+    if gating not in GATING:
+        raise QkvError(f"{where}: deepseek2.expert_gating_func {gating} is not supported: 1 (softmax) or 2 (sigmoid)")
+    raw["model_type"] = "deepseek_v3" if gating == 2 or not experts else "deepseek_v2"
+    if experts:
+        groups = get("expert_group_count") or 1
+        raw.update({
+            "n_routed_experts": experts, "num_experts_per_tok": get("expert_used_count"),
+            "moe_intermediate_size": get("expert_feed_forward_length"), "n_shared_experts": get("expert_shared_count"),
+            "routed_scaling_factor": meta.get(a + "expert_weights_scale", 1.0),
+            "norm_topk_prob": meta.get(a + "expert_weights_norm", False) is True, "n_group": groups,
+            "topk_group": get("expert_group_used_count") or 1,
+            "topk_method": "group_limited_greedy" if groups > 1 else "greedy",
+        })  # fmt: skip
     log_mul = meta.get(a + "rope.scaling.yarn_log_multiplier")
     if isinstance(raw.get("rope_scaling"), dict) and isinstance(log_mul, int | float) and log_mul > 0:
         # llama.cpp keeps 0.1 mscale_all_dim; DeepSeek's configs have mscale = mscale_all_dim
@@ -73,6 +86,12 @@ def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor], raw: dict) -> dict[
                                f"(tau, r_kv, d_nope) and (tau, d_v, r_kv) for tau={tau}")  # fmt: skip
             out[layer + "self_attn.kv_b_proj.weight"] = Tensor((tau * (dn + dv), t.shape[1]), t.kind,
                                                                _joined(t.read, v.read), t.source)  # fmt: skip
+        elif stem in EXPERTS and len(t.shape) == 3:  # (E, rows, cols): one matrix per expert
+            for e in range(t.shape[0]):
+                key = f"{layer}mlp.experts.{e}.{EXPERTS[stem]}.weight"
+                out[key] = Tensor(tuple(t.shape[1:]), t.kind, _expert(t.read, e), t.source)
+        elif stem == "exp_probs_b":  # DeepSeek-V3's correction bias
+            out[layer + "mlp.gate.e_score_correction_bias"] = t
     return out
 
 
@@ -82,3 +101,7 @@ def _joined(k_read, v_read):  # -> (tau (d_nope + d_v), r_kv): per head [W^UK ro
         return np.concatenate([k.transpose(0, 2, 1), v], axis=1).reshape(-1, k.shape[1])
 
     return read
+
+
+def _expert(read, e: int):  # expert e's matrix of a stacked (E, rows, cols) tensor
+    return lambda: read()[e]

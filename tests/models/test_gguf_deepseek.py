@@ -19,13 +19,29 @@ from qkv_cli.models.gguf import read_gguf
 pytestmark = pytest.mark.reference
 
 
+CASES = ("deepseek_v3", "deepseek_v3-moe", "deepseek_v2-groups")  # dense; V3's MoE; V2's group-limited softmax
+
+
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def files(tmp_path_factory):
     torch, transformers, gguf = (reference_import(x) for x in ("torch", "transformers", "gguf"))
-    model = build(transformers, torch, "deepseek_v3", tmp_path_factory.mktemp("deepseek_v3"))
-    path = tmp_path_factory.mktemp("gguf") / "deepseek2.gguf"
-    convert(gguf, model, path)
-    return path, model
+    out = {}
+
+    def get(name):
+        if name not in out:
+            folder = tmp_path_factory.mktemp(name)
+            model = build(transformers, torch, name, folder)
+            path = tmp_path_factory.mktemp("gguf") / f"{name}.gguf"
+            convert(gguf, model, path, folder)
+            out[name] = (path, model)
+        return out[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def made(files):
+    return files("deepseek_v3")
 
 
 def ids_for(m: int, seed: int) -> list[int]:
@@ -45,8 +61,9 @@ def test_the_file_holds_llama_cpps_layout_and_qkv_reads_mla_back(made):
     assert c.latent.interleaved and c.moe is None and c.attention.scale == pytest.approx(12**-0.5)
 
 
-def test_float32_attention_and_logits_match_transformers(made, torch):
-    path, model = made
+@pytest.mark.parametrize("name", CASES)
+def test_float32_attention_and_logits_match_transformers(name, files, torch):
+    path, model = files(name)
     ours = load_model(path, dtype="float32")
     for m in (1, 7, 19):
         ids = ids_for(m, m)
@@ -59,8 +76,9 @@ def test_float32_attention_and_logits_match_transformers(made, torch):
         np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
 
 
-def test_float64_attention_matches_a_float64_transformers(made, torch, transformers):
-    path, model = made
+@pytest.mark.parametrize("name", CASES)
+def test_float64_attention_matches_a_float64_transformers(name, files, torch, transformers):
+    path, model = files(name)
     ids = ids_for(19, 1)
     with float64_everywhere(torch):
         twin = float64_twin(transformers, torch, model)
@@ -86,20 +104,32 @@ def test_greedy_generation_from_the_file_writes_transformers_ids(made, torch):
     assert gen.step_ids.tolist() == want[0, 9:].tolist()
 
 
-def test_a_file_with_moe_layers_is_refused_in_one_line(made, tmp_path):
+def test_the_moe_keys_read_from_the_metadata(files):
+    """The stacked experts split back, the router's correction bias found, the router kind from the gating
+    function (2, sigmoid: DeepSeek-V3; absent, softmax: DeepSeek-V2, group-limited with expert_group_count > 1)."""
+    v3 = load_model(files("deepseek_v3-moe")[0]).config
+    assert (v3.family, v3.moe.router, v3.moe.experts, v3.moe.top_k, v3.moe.groups, v3.moe.top_groups) == (
+        "deepseek_v3", "sigmoid_groups", 8, 2, 2, 1)  # fmt: skip
+    assert v3.moe.normalise and v3.moe.scaling == 2.5 and v3.moe.d_shared == 8 and v3.moe.dense_layers == (0,)
+    v2 = load_model(files("deepseek_v2-groups")[0]).config
+    assert (v2.family, v2.moe.router, v2.moe.normalise, v2.latent.q_rank) == ("deepseek_v2", "softmax_groups", False,
+                                                                              None)  # fmt: skip
+
+
+def test_an_unknown_gating_function_is_refused_in_one_line(made, tmp_path):
     import gguf
 
     path, _ = made
     g = read_gguf(path)
-    w = gguf.GGUFWriter(str(tmp_path / "moe.gguf"), "deepseek2")
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "deepseek2")
     for key, field in g.metadata.items():
         if key.startswith("deepseek2.") and isinstance(field, int) and not isinstance(field, bool):
-            value = 1 if key.endswith("leading_dense_block_count") else field
-            w.add_uint32(key, value)
+            w.add_uint32(key, field)
+    w.add_uint32("deepseek2.expert_gating_func", 3)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(QkvError, match="mixture-of-experts layers of a deepseek2 file .* not supported yet") as info:
-        load_model(tmp_path / "moe.gguf")
+    with pytest.raises(QkvError, match="expert_gating_func 3 is not supported") as info:
+        load_model(tmp_path / "bad.gguf")
     assert "\n" not in str(info.value)
