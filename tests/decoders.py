@@ -14,8 +14,9 @@ BASE = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "
 MLA = {"num_key_value_heads": 4, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
        "v_head_dim": 6, "first_k_dense_replace": 3, "rms_norm_eps": 1e-5}  # fmt: skip
 
-MOE = {"first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
-       "moe_intermediate_size": 8, "n_shared_experts": 1, "routed_scaling_factor": 2.5}  # fmt: skip
+DEEPSEEK_MOE = {"first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2, "topk_group": 1,
+                "num_experts_per_tok": 2, "moe_intermediate_size": 8, "n_shared_experts": 1,
+                "routed_scaling_factor": 2.5}  # fmt: skip
 
 # name -> (model_type, config overrides); texts are 12-20 tokens, so every window below is shorter
 CASES = {
@@ -59,12 +60,36 @@ CASES = {
                                                              "mscale": 0.9, "mscale_all_dim": 0.7,
                                                              "original_max_position_embeddings": 16}}),
     # DeepSeekMoE after the first layer: 8 routed experts in 2 groups (a token picks from 1), 2 per token, 1 shared
-    "deepseek_v3-moe": ("deepseek_v3", {**MLA, **MOE}),
+    "deepseek_v3-moe": ("deepseek_v3", {**MLA, **DEEPSEEK_MOE}),
     # DeepSeek-V2: a softmax router, the k best (greedy) or the k best within the best group, never renormalised
-    "deepseek_v2": ("deepseek_v2", {**MLA, **MOE, "routed_scaling_factor": 1.5}),
-    "deepseek_v2-groups": ("deepseek_v2", {**MLA, **MOE, "q_lora_rank": None, "topk_method": "group_limited_greedy",
+    "deepseek_v2": ("deepseek_v2", {**MLA, **DEEPSEEK_MOE, "routed_scaling_factor": 1.5}),
+    "deepseek_v2-groups": ("deepseek_v2", {**MLA, **DEEPSEEK_MOE, "q_lora_rank": None,
+                                           "topk_method": "group_limited_greedy",
                                            "rope_parameters": {"rope_type": "default", "rope_theta": 200.0}}),
+    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "qwen3_moe": ("qwen3_moe", {"head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                "norm_topk_prob": True, "mlp_only_layers": [1]}),
+    "qwen3_moe-sliding": ("qwen3_moe", {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                        "use_sliding_window": True, "sliding_window": 5, "max_window_layers": 1}),
+    "qwen3_moe-step": ("qwen3_moe", {"num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "decoder_sparse_step": 2}),
+    "olmoe": ("olmoe", {"num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}),
 }  # fmt: skip
+MOE = (
+    "mixtral",
+    "qwen3_moe",
+    "qwen3_moe-sliding",
+    "qwen3_moe-step",
+    "olmoe",
+)  # mixtures of experts: 4 experts, top-k 2
+
+
+def eager(model_type: str) -> dict:
+    """transformers' eager implementations: the attention, and a MoE model's experts (one loop over the experts, as
+    the modeling files write them; the default grouped matrix product refuses float64)."""
+    moe = model_type in {CASES[name][0] for name in MOE} or model_type.startswith("deepseek")
+    return {"attn_implementation": "eager", **({"experts_implementation": "eager"} if moe else {})}
 
 
 def config(transformers, name: str, vocab: int):
@@ -72,7 +97,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type in ("smollm3", "phi3"):  # their default token ids are outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3", "olmoe"):  # their default token ids are outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
@@ -85,8 +110,7 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
 
     vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
     torch.manual_seed(seed)
-    cfg = config(transformers, name, vocab)
-    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", **eager_experts(cfg))
+    model = transformers.AutoModelForCausalLM.from_config(config(transformers, name, vocab), **eager(CASES[name][0]))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "norm" in pname:
@@ -103,17 +127,31 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
     return model
 
 
-def eager_experts(cfg) -> dict:
-    """A MoE model's experts as transformers' plain loop over experts (its grouped matmul refuses float64)."""
-    moe = getattr(cfg, "num_local_experts", None) or getattr(cfg, "num_experts", None)  # DeepSeek-V2: num_experts
-    return {"experts_implementation": "eager"} if moe else {}
-
-
 def attentions(torch, model, ids) -> list:
     """Every layer's attention weights (tau, m, m) from transformers' eager forward."""
     with torch.no_grad():
         out = model(torch.tensor([ids]), output_attentions=True)
     return [a[0].numpy() for a in out.attentions]
+
+
+def reference_routing(torch, model, ids) -> dict:
+    """layer -> (top [m, k], weights [m, k]) from the router module of each MoE layer (its forward's output)."""
+    seen, handles = {}, []
+    for l, layer in enumerate(model.model.layers):
+        moe = getattr(layer, "block_sparse_moe", None) or layer.mlp
+        if not hasattr(moe, "gate") or not hasattr(moe.gate, "top_k"):
+            continue  # a dense MLP layer
+
+        def keep(module, args, out, l=l):
+            _, weights, top = out
+            seen[l] = (top.numpy(), weights.double().numpy())
+
+        handles.append(moe.gate.register_forward_hook(keep))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in handles:
+        h.remove()
+    return seen
 
 
 class float64_everywhere:  # noqa: N801  (a context manager, used like a function)
@@ -179,7 +217,7 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
 
 def float64_twin(transformers, torch, model):
     """The same weights in a model built float64 throughout (see float64_everywhere); use it inside that context."""
-    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64,
-                                                         **eager_experts(model.config))  # fmt: skip
+    twin = transformers.AutoModelForCausalLM.from_config(model.config, **eager(model.config.model_type),
+                                                         dtype=torch.float64)  # fmt: skip
     twin.load_state_dict(model.state_dict())
     return twin.eval()

@@ -16,6 +16,11 @@ What each architecture's model class writes:
   GPTNeoXModel regroups query_key_value from [q_h | k_h | v_h] per head to [Q | K | V]; a tied model's safetensors
   hold no lm_head. Names come from gguf-py's TensorNameMap; F16 files store 2-D weights as F16 and norms, biases
   and 1-D tensors as F32 (ModelBase.prepare_tensors).
+- mixtures of experts: LlamaModel (Mixtral) stacks each layer's block_sparse_moe.experts.e.w1 / w2 / w3 into
+  feed_forward.experts.w1 / w2 / w3 [E, rows, columns], Qwen2MoeModel (Qwen3MoeModel) and OlmoeModel their
+  mlp.experts.e.gate_proj / up_proj / down_proj into mlp.experts.<name>, from the checkpoint's files (as
+  save_pretrained writes them: one tensor per expert); TextModel writes expert_count (num_local_experts or
+  num_experts) and expert_used_count, Qwen2MoeModel expert_feed_forward_length, OlmoeModel layer_norm_rms_eps 1e-5.
 - a `llama3` rope scaling (Llama 3.1) is no metadata key but the F32 tensor rope_freqs.weight, one factor per
   rotated pair (LlamaModel.generate_extra_tensors, written before the model's tensors).
 """
@@ -30,7 +35,9 @@ import numpy as np
 
 SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")  # ModelBase.prepare_tensors
 ARCHES = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "gemma2": "GEMMA2",
-          "gemma3_text": "GEMMA3", "gpt_neox": "GPTNEOX", "olmo2": "OLMO2"}  # fmt: skip
+          "gemma3_text": "GEMMA3", "gpt_neox": "GPTNEOX", "olmo2": "OLMO2", "mixtral": "LLAMA",
+          "qwen3_moe": "QWEN3MOE", "olmoe": "OLMOE"}  # fmt: skip
+MOE = ("mixtral", "qwen3_moe", "olmoe")
 GEMMAS = ("gemma2", "gemma3_text")
 
 
@@ -46,19 +53,25 @@ def expressible(transformers, torch, model):
         out = copy.deepcopy(model)
         out.config.original_max_position_embeddings = rope["original_max_position_embeddings"]
         return out
-    if kind not in ("mistral", "qwen2", "qwen3", *GEMMAS):
+    if kind not in ("mistral", "qwen2", "qwen3", *GEMMAS, *MOE):
         return model
     c = copy.deepcopy(model.config)
-    if kind == "mistral":
+    if kind in ("mistral", "mixtral"):
         c.sliding_window = None
-    if kind in ("qwen2", "qwen3"):
+    if kind == "qwen3_moe":  # llama.cpp: every layer has experts, renormalised (build_moe_ffn's norm_w)
+        c.mlp_only_layers, c.decoder_sparse_step, c.norm_topk_prob = [], 1, True
+    if kind == "olmoe":  # never renormalised
+        c.norm_topk_prob = False
+    if kind in ("qwen2", "qwen3", "qwen3_moe"):
         c.use_sliding_window, c.layer_types = False, ["full_attention"] * c.num_hidden_layers
     if kind in GEMMAS:
         c.query_pre_attn_scalar = c.head_dim
     if kind == "gemma3_text":  # llama.cpp: layer il slides iff il % 6 < 5
         c.num_hidden_layers = 6
         c.layer_types = ["sliding_attention" if i % 6 < 5 else "full_attention" for i in range(6)]
-    out = transformers.AutoModelForCausalLM.from_config(c, attn_implementation="eager")
+    from decoders import eager
+
+    out = transformers.AutoModelForCausalLM.from_config(c, **eager(kind))
     missing = set(out.load_state_dict(model.state_dict(), strict=False).missing_keys)
     torch.manual_seed(1)
     with torch.no_grad():
@@ -174,7 +187,14 @@ def write_parameters(gguf, w, h: dict, freq_base: bool) -> None:
     if kind == "gemma2":
         return gemma2_parameters(w, h)
     text_parameters(gguf, w, h)
-    if kind in ("llama", "mistral"):  # LlamaModel
+    if kind in MOE:  # TextModel (find_hparam: num_local_experts, then num_experts), then the model class's own
+        w.add_expert_count(h.get("num_local_experts") or h["num_experts"])
+        w.add_expert_used_count(h["num_experts_per_tok"])
+    if kind == "qwen3_moe":  # Qwen2MoeModel (its expert_count again: the same value)
+        w.add_expert_feed_forward_length(h["moe_intermediate_size"])
+    if kind == "olmoe":
+        w.add_layer_norm_rms_eps(1e-5)
+    if kind in ("llama", "mistral", "mixtral"):  # LlamaModel
         w.add_vocab_size(h["vocab_size"])
         w.add_rope_dimension_count(h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"])
     if kind == "gemma3_text":  # Gemma3Model: TextModel's keys again (same values), then these
@@ -225,9 +245,9 @@ def modified(h: dict, name: str, x, n_vocab: int):
     kind, n_head = h["model_type"], h["num_attention_heads"]
     if name.endswith(SKIPPED) or (name == "lm_head.weight" and (h["tie_word_embeddings"] or kind == "gemma2")):
         return None
-    if kind in ("llama", "mistral") and name.endswith(("q_proj.weight", "q_proj.bias")):
+    if kind in ("llama", "mistral", "mixtral") and name.endswith(("q_proj.weight", "q_proj.bias")):
         return permute(x, n_head)
-    if kind in ("llama", "mistral") and name.endswith(("k_proj.weight", "k_proj.bias")):
+    if kind in ("llama", "mistral", "mixtral") and name.endswith(("k_proj.weight", "k_proj.bias")):
         return permute(x, h["num_key_value_heads"])
     if kind in GEMMAS and name.endswith("norm.weight"):
         return x + np.float32(1)
@@ -237,6 +257,56 @@ def modified(h: dict, name: str, x, n_vocab: int):
         parts = x.reshape(n_head, 3, h["hidden_size"] // n_head, *x.shape[1:])  # per head [q_h | k_h | v_h]
         return np.concatenate([parts[:, i].reshape(-1, *x.shape[1:]) for i in range(3)])  # -> [Q | K | V]
     return x
+
+
+def checkpoint_tensors(model, h: dict):
+    """(name, array) as the converter reads the checkpoint: the model's state dict, or for a mixture of experts the
+    files save_pretrained writes (one tensor per expert), each layer's experts then stacked as the model class
+    does: [E, rows, columns] under the merged name its tensor map knows."""
+    if h["model_type"] not in MOE:
+        yield from ((name, t.detach().numpy()) for name, t in model.state_dict().items())
+        return
+    import tempfile
+    from pathlib import Path
+
+    from safetensors.numpy import load_file
+
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        stored = {}
+        for part in sorted(Path(folder).glob("*.safetensors")):
+            stored |= load_file(str(part))
+    E = h.get("num_local_experts") or h["num_experts"]
+    mixtral = h["model_type"] == "mixtral"
+    module, names = (
+        ("block_sparse_moe", ("w1", "w2", "w3")) if mixtral else ("mlp", ("down_proj", "gate_proj", "up_proj"))
+    )
+    for name, x in stored.items():
+        if ".experts." not in name:
+            yield name, x
+        elif name.endswith(f".experts.{E - 1}.{names[-1]}.weight"):  # the layer's last: all of its experts are in
+            bid = int(name.split(".")[2])
+            for wid in names:
+                data = np.stack([stored[f"model.layers.{bid}.{module}.experts.{e}.{wid}.weight"] for e in range(E)])
+                merged = (
+                    f"layers.{bid}.feed_forward.experts.{wid}" if mixtral else f"model.layers.{bid}.mlp.experts.{wid}"
+                )
+                yield merged + ".weight", data
+
+
+def parameter(name: str) -> str:
+    """The model's own parameter behind a checkpoint (or merged) tensor name of a mixture of experts: transformers
+    holds a layer's experts as experts.gate_up_proj [E, 2 d_e, d] and experts.down_proj, its router as mlp.gate."""
+    name = name.replace("block_sparse_moe.", "mlp.").replace("layers.", "model.layers.", not name.startswith("model."))
+    for stacked, fused in ((".feed_forward.experts.w1.", ".mlp.experts.gate_up_proj"),
+                           (".feed_forward.experts.w3.", ".mlp.experts.gate_up_proj"),
+                           (".feed_forward.experts.w2.", ".mlp.experts.down_proj"),
+                           (".mlp.experts.gate_proj.", ".mlp.experts.gate_up_proj"),
+                           (".mlp.experts.up_proj.", ".mlp.experts.gate_up_proj"),
+                           (".mlp.experts.down_proj.", ".mlp.experts.down_proj")):  # fmt: skip
+        if stacked in name:
+            return name.split(stacked)[0] + fused
+    return name
 
 
 def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> set[str]:
@@ -255,15 +325,15 @@ def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> se
     names, halves = gguf.get_tensor_name_map(arch, h["num_hidden_layers"]), set()
     if (factors := llama3_rope_freqs(h)) is not None:  # ModelBase.prepare_tensors: extra tensors first, 1-D as F32
         w.add_tensor(f"{gguf.TENSOR_NAMES[gguf.MODEL_TENSOR.ROPE_FREQS]}.weight", factors)
-    for name, t in model.state_dict().items():
-        x = modified(h, name, t.detach().numpy(), n_vocab)
+    for name, x in checkpoint_tensors(model, h):
+        x = modified(h, name, x, n_vocab)
         if x is None:
             continue
         new = names.get_name(name, try_suffixes=(".weight", ".bias"))  # ModelBase.map_tensor_name
         assert new is not None, f"llama.cpp has no name for {name}"
         half = f16 and x.ndim > 1 and new.endswith(".weight") and not new.endswith("_norm.weight")
         if half:
-            halves.add(name)
+            halves.add(parameter(name) if h["model_type"] in MOE else name)
         w.add_tensor(new, x.astype(np.float16 if half else np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

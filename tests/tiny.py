@@ -49,7 +49,11 @@ DECODERS = {  # model_type -> what it adds to _DECODER: windows shorter than the
     "gemma3_text": {"head_dim": 8, "query_pre_attn_scalar": 8, "rope_local_base_freq": 100.0, **_WINDOW},
     "gpt_neox": {"rotary_pct": 0.5, "use_parallel_residual": True, "layer_norm_eps": 1e-5},
     "olmo2": {},
-}
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},  # mixtures of experts
+    "qwen3_moe": {"head_dim": 8, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 12,
+                  "norm_topk_prob": True, "mlp_only_layers": [1]},
+    "olmoe": {"num_experts": 4, "num_experts_per_tok": 2},
+}  # fmt: skip
 
 
 def tiny_config(family, vocab_size):

@@ -114,7 +114,8 @@ class Layer(Output):
 class ModelRun(Output):
     """A checkpoint's forward pass: ``attentions`` (L, tau, m, m; (L_kept, tau, rows, m) when only some layers or
     rows were kept: see ``attention_layers`` and ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
-    ``last_hidden_state`` (m, d), ``layer_types``; ``layer(l)`` gives one layer's matrices as a Layer."""
+    ``last_hidden_state`` (m, d), ``layer_types``, ``routing`` (a MoE's experts per token); ``layer(l)`` gives one
+    layer's matrices as a Layer."""
 
     kind = "model"
 
@@ -155,6 +156,11 @@ class ModelRun(Output):
     def predictions(self) -> dict | None:
         """With ``predict=True``: "ids" and "probs" (m, k); ``logit_lens=True`` adds "lens_ids", "lens_probs"."""
         return self.result.predictions
+
+    @property
+    def routing(self):  # a mixture of experts: (router_top, router_weights), (L, m, k) each; None if dense
+        r = self.result
+        return None if r.router_top is None else (r.router_top, r.router_weights)
 
     @property
     def n_layers(self) -> int:

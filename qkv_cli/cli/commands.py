@@ -110,6 +110,10 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
         check_output_path(save_npz)
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
     model, heads = prepare(req, head)
+    if "experts" in names:  # a mixture of experts' routing: only where a router chose
+        from qkv_cli.views.experts import check
+
+        check(model)
     if head and model is not None and not hasattr(model, "dec_heads"):  # the exports keep only these heads' weights
         from dataclasses import replace
 

@@ -58,7 +58,7 @@ AblateWith = choices("AblateWith", ABLATE_WITH)
 Format = choices("Format", ("table", "json", "csv"))
 TableJson = choices("TableJson", ("table", "json"))
 
-SHOW_CHOICES = ("q", "k", "v", "scores", "mask", "weights", "output", "heads", "h")
+SHOW_CHOICES = ("q", "k", "v", "scores", "mask", "weights", "output", "heads", "h", "experts")
 SCALES = ("auto", "none", "sqrt")  # the names core.kernels.resolve_scale takes (a test checks); or any number
 INT, PATH = "INTEGER", "PATH"
 

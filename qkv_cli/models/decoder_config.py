@@ -11,11 +11,12 @@ import math
 from dataclasses import dataclass
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models import moe_config
 from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
 from qkv_cli.models.options import FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.rope import Rope
 
-SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope")
+SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope", "switch")
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,8 @@ class Spec:
 
     bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or (q, k, v bias, o bias) fixed by the
     family (Qwen 2); mlp_bias: a key and default, or a fixed bool. sliding: how layers become sliding when
-    config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3).
+    config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3),
+    "switch" (Qwen3-MoE: every layer iff use_sliding_window and sliding_window).
     act: the activation's keys in order, then its default. partial, theta, local_theta: (key, default).
     grouped: False for a family without grouped-query attention (GPT-NeoX: G = tau whatever
     `num_key_value_heads` says, as transformers reads it)."""
@@ -50,6 +52,7 @@ class Spec:
     nope: bool = False  # SmolLM3: `no_rope_layers` / `no_rope_layer_interval` name layers without RoPE
     rope_kinds: tuple | None = None  # the RoPE types the family accepts (None: every kind of rope.KINDS)
     rope_aliases: tuple = ()  # (old name, kind) pairs: Phi-3's "su" and "yarn" are LongRoPE
+    moe: moe_config.MoeKeys | None = None  # a mixture-of-experts MLP and how its keys are named (Mixtral ...)
 
     def __post_init__(self):
         if self.sliding not in SLIDING_RULES:
@@ -104,6 +107,7 @@ def _read(keys, spec: Spec) -> dict:
         context = int(context * found[""].factor)
     mlp_bias = keys.bool(*spec.mlp_bias) if isinstance(spec.mlp_bias, tuple) else spec.mlp_bias
     parallel = keys.bool("use_parallel_residual", True) if spec.parallel_residual else False
+    moe = moe_config.read(keys, n_layers, spec.moe) if spec.moe else None  # before any tensor is read
     return {
         "n_layers": n_layers,
         "n_heads": tau,
@@ -117,7 +121,7 @@ def _read(keys, spec: Spec) -> dict:
         "head_dim": head_dim,
         "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap),
         "rope": Positions(found, nope),
-        "mlp": Mlp(spec.names != "neox", mlp_bias, parallel),
+        "mlp": Mlp(spec.names != "neox", mlp_bias, parallel, moe),
         "norms": Norms(spec.norm, spec.layout),
         "embeddings": Embeddings(
             spec.names,
@@ -167,6 +171,9 @@ def layer_types(keys, n_layers: int, sliding, nope=()) -> tuple[str, ...]:
         return tuple(given) if sliding else tuple(FULL for _ in given)
     if sliding == "nope":  # SmolLM3: the NoPE layers slide
         return tuple(SLIDING if i in nope else FULL for i in range(n_layers))
+    if sliding == "switch":  # Qwen3-MoE: use_sliding_window turns the window on for every layer
+        on = keys.get("use_sliding_window", False) is True and keys.get("sliding_window", None) is not None
+        return tuple(SLIDING if on else FULL for _ in range(n_layers))
     if sliding == "all":
         return tuple(SLIDING if keys.get("sliding_window", None) is not None else FULL for _ in range(n_layers))
     if sliding == "qwen":

@@ -50,9 +50,9 @@ def is_moe(c: ModelConfig, l: int) -> bool:
 def tensor_names(c: ModelConfig, p: str, r: str) -> dict[str, tuple[tuple[int, ...], str]]:
     """A MoE layer's MLP tensors: layer prefix p ('layers.3.'), role prefix r ('3.') -> name: (shape, role)."""
     o, d = c.moe, c.d
-    out = {p + "mlp.gate.weight": ((o.experts, d), r + "router.w")}
+    out = {p + "mlp.gate.weight": ((o.experts, d), r + "ds_router.w")}
     if o.router == "sigmoid_groups":  # DeepSeek-V3's correction bias (V2 has none)
-        out[p + "mlp.gate.e_score_correction_bias"] = ((o.experts,), r + "router.bias")
+        out[p + "mlp.gate.e_score_correction_bias"] = ((o.experts,), r + "ds_router.bias")
     widths = [(f"experts.{e}.", f"expert{e}.", o.d_expert) for e in range(o.experts)]
     if o.d_shared:
         widths.append(("shared_experts.", "shared.", o.d_shared))
@@ -130,8 +130,8 @@ def weights(get, c: ModelConfig, l: int, act) -> MoeLayer:
             return down(g)
 
     return MoeLayer(
-        Linear(get(r + "router.w"), None, out_in=True),
-        get(r + "router.bias") if o.router == "sigmoid_groups" else None,
+        Linear(get(r + "ds_router.w"), None, out_in=True),
+        get(r + "ds_router.bias") if o.router == "sigmoid_groups" else None,
         Experts(stack["gate"], stack["up"], stack["down"], act),
         shared,
         o,

@@ -9,6 +9,7 @@ GGUF lists dimensions fastest first, so a tensor's shape is the reverse (576 x 4
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ def read_gguf(path) -> GGUFFile:
                 f"file ({size} bytes): truncated?",
             )
         spans.append((start, start + nbytes, name))
-        rows = _row_reader(buf, start, nbytes, kind, shape) if len(shape) == 2 else None
+        flat = (math.prod(shape[:-1]), shape[-1]) if len(shape) in (2, 3) else None  # a 3-D stack: its rows
+        rows = _row_reader(buf, start, nbytes, kind, flat) if flat else None
         tensors[name] = Tensor(shape, kind, _reader(buf, start, nbytes, kind, shape), str(path), rows)
     spans.sort()
     for (_, end_a, a), (start_b, _, b) in zip(spans, spans[1:], strict=False):

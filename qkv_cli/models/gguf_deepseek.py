@@ -6,7 +6,8 @@ What the converter changed is undone here: it writes multi-head latent attention
 kv_b_proj into attn_k_b (per head W^UK transposed, (tau, r_kv, d_nope)) and attn_v_b ((tau, d_v, r_kv)), or keeps
 attn_kv_b (older files); it stacks each MoE layer's experts into ffn_{gate,up,down}_exps (E, ...) and names the
 router's correction bias exp_probs_b. It permutes no RoPE rows: llama.cpp turns DeepSeek's interleaved pairs as they
-are. The router: expert_gating_func 2 (sigmoid) is DeepSeek-V3's; 1 or absent (softmax) DeepSeek-V2's.
+are. The experts are read each alone from their stack, and the router as ffn_gate_inp (models.gguf_experts).
+The router: expert_gating_func 2 (sigmoid) is DeepSeek-V3's; 1 or absent (softmax) DeepSeek-V2's.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from qkv_cli.models.weights import Tensor
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name>
     "attn_q_a": "self_attn.q_a_proj", "attn_q_a_norm": "self_attn.q_a_layernorm", "attn_q_b": "self_attn.q_b_proj",
     "attn_kv_a_mqa": "self_attn.kv_a_proj_with_mqa", "attn_kv_a_norm": "self_attn.kv_a_layernorm",
-    "attn_kv_b": "self_attn.kv_b_proj", "ffn_gate_inp": "mlp.gate", "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
+    "attn_kv_b": "self_attn.kv_b_proj", "ffn_gate_shexp": "mlp.shared_experts.gate_proj",
     "ffn_up_shexp": "mlp.shared_experts.up_proj", "ffn_down_shexp": "mlp.shared_experts.down_proj",
 }  # fmt: skip
-EXPERTS = {"ffn_gate_exps": "gate_proj", "ffn_up_exps": "up_proj", "ffn_down_exps": "down_proj"}
 GATING = {1: "softmax", 2: "sigmoid"}  # llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE
 
 
@@ -67,7 +67,7 @@ def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
 
 
 def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor], raw: dict) -> dict[str, Tensor]:
-    """out (the generic names) with kv_b_proj joined from attn_k_b and attn_v_b."""
+    """out (the generic names) with kv_b_proj joined from attn_k_b and attn_v_b, and the correction bias named."""
     tau, dn, dv = raw.get("num_attention_heads"), raw.get("qk_nope_head_dim"), raw.get("v_head_dim")
     for name, t in gguf.items():
         parts = name.split(".")
@@ -86,10 +86,6 @@ def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor], raw: dict) -> dict[
                                f"(tau, r_kv, d_nope) and (tau, d_v, r_kv) for tau={tau}")  # fmt: skip
             out[layer + "self_attn.kv_b_proj.weight"] = Tensor((tau * (dn + dv), t.shape[1]), t.kind,
                                                                _joined(t.read, v.read), t.source)  # fmt: skip
-        elif stem in EXPERTS and len(t.shape) == 3:  # (E, rows, cols): one matrix per expert
-            for e in range(t.shape[0]):
-                key = f"{layer}mlp.experts.{e}.{EXPERTS[stem]}.weight"
-                out[key] = Tensor(tuple(t.shape[1:]), t.kind, _expert(t.read, e), t.source)
         elif stem == "exp_probs_b":  # DeepSeek-V3's correction bias
             out[layer + "mlp.gate.e_score_correction_bias"] = t
     return out
@@ -101,7 +97,3 @@ def _joined(k_read, v_read):  # -> (tau (d_nope + d_v), r_kv): per head [W^UK ro
         return np.concatenate([k.transpose(0, 2, 1), v], axis=1).reshape(-1, k.shape[1])
 
     return read
-
-
-def _expert(read, e: int):  # expert e's matrix of a stacked (E, rows, cols) tensor
-    return lambda: read()[e]

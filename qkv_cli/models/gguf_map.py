@@ -5,7 +5,9 @@ Three things llama.cpp's converter changed are undone here: the rows of attn_q a
 permuted for ggml's rotary layout (pairs instead of halves), Gemma's norm weights were stored as 1 + w, and
 GPT-NeoX's fused attn_qkv was regrouped from [q_h | k_h | v_h] per head to [Q | K | V] (GPTNeoXModel.modify_tensors).
 What it never writes is read as llama.cpp reads it: biases by their presence, Gemma's query scale by model size,
-Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs.
+Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs. A mixture of experts (Mixtral: a `llama` file with
+ffn_gate_inp; qwen3moe; olmoe) stacks each layer's experts in one tensor [E, rows, columns] (ffn_gate_exps,
+ffn_up_exps, ffn_down_exps): each expert is read back alone, as its own rows of the stack (models.gguf_experts).
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models import gguf_experts
 from qkv_cli.models.config import GGUF_ONLY, MAX_WIDTH
 from qkv_cli.models.weights import Tensor
 
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-    "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "deepseek2": "deepseek_v3",
+    "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
+    "deepseek2": "deepseek_v3",
 }  # fmt: skip
 DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
@@ -29,7 +33,8 @@ CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "attention.key_length": "head_dim", "attention.sliding_window": "sliding_window", "vocab_size": "vocab_size",
     "attn_logit_softcapping": "attn_logit_softcapping", "final_logit_softcapping": "final_logit_softcapping",
     "attention.layer_norm_epsilon": "layer_norm_eps", "use_parallel_residual": "use_parallel_residual",
-    "rope.freq_base_swa": "rope_local_base_freq",
+    "rope.freq_base_swa": "rope_local_base_freq", "expert_count": "num_local_experts",
+    "expert_used_count": "num_experts_per_tok", "expert_feed_forward_length": "moe_intermediate_size",
 }  # fmt: skip
 GEMMA_27B_LAYERS = {"gemma2": 46, "gemma3_text": 62}  # llama.cpp's LLM_TYPE_27B of each: scale 1/sqrt(d / tau)
 LAYER_NAMES = {  # blk.N.<name> -> model.layers.N.<name> (Gemma's ffn_norm is its pre_feedforward_layernorm)
@@ -44,6 +49,7 @@ NEOX_LAYER_NAMES = {  # blk.N.<name> -> gpt_neox.layers.N.<name>
     "attn_norm": "input_layernorm", "attn_qkv": "attention.query_key_value", "attn_output": "attention.dense",
     "ffn_norm": "post_attention_layernorm", "ffn_up": "mlp.dense_h_to_4h", "ffn_down": "mlp.dense_4h_to_h",
 }  # fmt: skip
+MOE_NORMALISED = {"qwen3_moe": True, "olmoe": False}  # Mixtral always renormalises (its family's rule)
 NEOX_GLOBAL_NAMES = {"token_embd": "gpt_neox.embed_in", "output_norm": "gpt_neox.final_layer_norm",
                      "output": "embed_out"}  # fmt: skip
 
@@ -64,6 +70,8 @@ def model_type(meta: dict, where: str) -> str:
 def config_dict(meta: dict, tensors: dict, where: str) -> dict:
     """config.json keys from the GGUF metadata (and whether the output head is tied: no output.weight)."""
     kind = model_type(meta, where)
+    if kind in ("llama", "mistral") and "blk.0.ffn_gate_inp.weight" in tensors:
+        kind = "mixtral"  # llama.cpp writes Mixtral as llama with a router and stacked experts
     arch = meta["general.architecture"]
     raw = {"model_type": kind, "tie_word_embeddings": "output.weight" not in tensors}
     for key, hf in CONFIG_KEYS.items():
@@ -101,6 +109,8 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         raise QkvError(f"{where}: sliding-window attention (OLMo 3) is not supported yet")
     if kind in GEMMA_27B_LAYERS:
         _gemma_scalar(raw)
+    if kind in MOE_NORMALISED:  # llama.cpp's build_moe_ffn: renormalised or not by architecture, never by a key
+        raw["norm_topk_prob"] = MOE_NORMALISED[kind]
     if arch == "deepseek2":  # multi-head latent attention, DeepSeekMoE
         from qkv_cli.models.gguf_deepseek import config
 
@@ -191,12 +201,15 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
     heads = {"attn_q": raw_config.get("num_attention_heads"), "attn_k": raw_config.get("num_key_value_heads")}
     out: dict[str, Tensor] = {}
     for name, t in tensors.items():
+        if (experts := gguf_experts.hf_tensors(name, t, kind)) is not None:
+            out.update(experts)
+            continue
         target = hf_name(name, kind)
         if target is None:
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
             read = _shifted(t.read)
-        elif kind in ("llama", "mistral") and name.split(".")[-2] in heads:
+        elif kind in ("llama", "mistral", "mixtral") and name.split(".")[-2] in heads:
             n_head = heads[name.split(".")[-2]]
             if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (2 * n_head):
                 raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not a whole number of pairs per head")

@@ -23,6 +23,7 @@ expert go through it (`mixture`). numpy only; every step keeps the input's dtype
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -52,6 +53,7 @@ class Moe:
     groups: int = 1  # n_group: experts split in groups (sigmoid_groups)
     top_groups: int = 1  # topk_group: the groups a token may choose from
     dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead (mlp_only_layers, first_k_dense_replace)
+    names: str = "mixtral"  # how the checkpoint names the router and experts (moe_config.NAMES)
 
     def __post_init__(self):
         for name in ("experts", "top_k", "d_expert", "groups", "top_groups"):
@@ -174,6 +176,19 @@ def route(z, o: Moe, correction=None) -> Routing:  # [m, E] -> Routing([m, k], [
     return Routing(top, g.astype(z.dtype, copy=False))
 
 
+def stacked(routing: dict, n_layers: int) -> dict:  # {layer: Routing [m, k]} -> router_top, router_weights (L, m, k)
+    """Every layer's routing as two arrays (a Result's router_top and router_weights): a dense layer's rows are -1
+    (no expert) and weight 0. Empty for a model without experts."""
+    if not routing:
+        return {}
+    top0, g0 = next(iter(routing.values()))
+    top = np.full((n_layers, *top0.shape), -1, dtype=np.int64)
+    g = np.zeros((n_layers, *g0.shape), dtype=g0.dtype)
+    for l, (t, w) in routing.items():
+        top[l], g[l] = t, w
+    return {"router_top": top, "router_weights": g}
+
+
 def mixture(x, routing: Routing, expert_fn, scale_input: bool = False):  # [m, d], ([m, k], [m, k]) -> [m, d]
     """sum_j g_ij FFN_top_ij(x_i), each expert run once on the tokens routed to it (ascending expert order, as
     transformers adds them). expert_fn(e, x_rows [r, d]) -> [r, d]. scale_input: FFN_top_ij(g_ij x_i) (Llama 4)."""
@@ -188,11 +203,12 @@ def mixture(x, routing: Routing, expert_fn, scale_input: bool = False):  # [m, d
 
 @dataclass
 class Experts:
-    """E gated expert MLPs stacked: FFN_e(x) = W_down[e] (act(W_gate[e] x) * W_up[e] x), PyTorch's (out, in)."""
+    """E gated expert MLPs: FFN_e(x) = W_down[e] (act(W_gate[e] x) * W_up[e] x), each matrix PyTorch's (out, in).
+    A stacked array [E, out, in] or a list of E matrices (as read: no stacked copy of a layer's experts)."""
 
-    gate: np.ndarray  # [E, d_e, d]
-    up: np.ndarray  # [E, d_e, d]
-    down: np.ndarray  # [E, d, d_e]
+    gate: Sequence[np.ndarray]  # E x [d_e, d]
+    up: Sequence[np.ndarray]  # E x [d_e, d]
+    down: Sequence[np.ndarray]  # E x [d, d_e]
     act: object  # the activation function (layers.ACTIVATIONS)
 
     def __call__(self, e: int, x):  # [r, d] -> [r, d]
@@ -209,3 +225,17 @@ def moe_mlp(x, router, o: Moe, experts, shared=None, correction=None):  # [m, d]
     if shared is not None:
         y += shared(x)
     return y, routing
+
+
+@dataclass
+class MoeLayer:
+    """One layer's MoE weights: the router W_r (a layers.Linear), the experts, the shared expert(s) and DeepSeek's
+    e_score_correction_bias (None where the family has none)."""
+
+    router: object  # x -> z [m, E]
+    experts: object  # (e, x_rows) -> [r, d]: Experts, or a family's own
+    shared: object = None  # x -> [m, d]
+    correction: np.ndarray | None = None  # [E]
+
+    def __call__(self, x, o: Moe):  # [m, d] -> [m, d], Routing
+        return moe_mlp(x, self.router, o, self.experts, self.shared, self.correction)

@@ -38,7 +38,8 @@ class Tensor:
     kind: str  # "F32", "BF16", "Q4_1", ...: how it is stored
     read: Callable  # () -> ndarray of the values (float16/32/64); a view of the file where possible
     source: str  # the file it is in, for messages
-    rows: Callable | None = None  # (ids) -> the rows ids of a 2-D tensor, read alone (None: read() and index)
+    rows: Callable | None = None  # (ids) -> the rows ids of a 2-D tensor (a 3-D GGUF stack: of [E * rows, columns]),
+    # read alone (None: read() and index)
 
     @property
     def is_float(self) -> bool:

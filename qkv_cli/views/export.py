@@ -35,7 +35,15 @@ def checkpoint_extras(run: Result) -> dict:
     return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "attention_layers": kept,
             "attention_heads": heads, "rows": rows, "layer_types": list(run.layer_types),
             "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k,
-            **(run.seq2seq or {})}  # fmt: skip
+            **(run.seq2seq or {}), **_routing(run)}  # fmt: skip
+
+
+def _routing(run: Result) -> dict:
+    """A mixture of experts' router_top (L, m, k) expert indices, best first, and router_weights (L, m, k); a
+    dense layer's rows are -1 and 0."""
+    if run.router_top is None:
+        return {}
+    return {"router_top": run.router_top.tolist(), "router_weights": run.router_weights}  # indices: JSON ints
 
 
 def layer_arrays(result: Result) -> dict:

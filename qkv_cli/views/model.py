@@ -16,6 +16,7 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
     """Tables for each chosen layer; JSON with every chosen layer plus `attentions`; NPZ of the first chosen layer."""
     from qkv_cli.views.layer import emit_layer
 
+    experts, show = "experts" in show, [s for s in show if s != "experts"]  # the routing is not a layer's matrix
     first = run.first_layer()
     if fmt == "json":
         doc = export.json_doc(first, show, heads)
@@ -33,9 +34,18 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         writer.writerow(["layer", *export.CSV_HEADER])
         for l, r in run.layers.items():
             writer.writerows([l, *row] for row in export.csv_rows(r, show, heads))
+        if experts and run.router_top is not None:
+            from qkv_cli.views.experts import csv_rows
+
+            writer.writerows(csv_rows(run, list(run.layers)))
     else:
         for r in run.layers.values():
-            emit_layer(r, show, heads, precision, "table")
+            if show:
+                emit_layer(r, show, heads, precision, "table")
+        if experts and run.router_top is not None:
+            from qkv_cli.views import experts as routing
+
+            routing.emit(run, list(run.layers), precision)
         if run.predictions is not None:
             from qkv_cli.views.predict import tables
 

@@ -16,7 +16,7 @@ import copy
 
 import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin
+from decoders import attentions, build, float64_everywhere, float64_twin, reference_routing
 from gguf_convert import as_stored, convert, expressible, permute
 from helpers import reference_import
 
@@ -44,11 +44,15 @@ CASES = {
     "qwen3": ("qwen3", False, False),
     "gemma2": ("gemma2", False, False),
     "gemma3": ("gemma3_text", False, False),
+    "mixtral": ("mixtral", False, False),  # mixtures of experts: llama with experts, qwen3moe, olmoe
+    "qwen3_moe": ("qwen3_moe", False, False),
+    "olmoe": ("olmoe", False, False),
     "gpt_neox-f16": ("gpt_neox-sequential", True, False),
     "olmo2-f16": ("olmo2", True, False),
     "llama-tied-bias-f16": ("llama-tied-bias", True, False),
     "gemma2-f16": ("gemma2", True, False),
     "gemma3-f16": ("gemma3_text", True, False),
+    "mixtral-f16": ("mixtral", True, False),  # F16 expert stacks: each expert's rows dequantized alone
 }
 F32_CASES = [case for case, (_, f16, _) in CASES.items() if not f16]
 
@@ -172,10 +176,25 @@ def test_the_config_read_from_the_metadata(case, made):
     assert c.norm_eps == float(np.float32(h.rms_norm_eps))
     bias, mlp_bias = getattr(h, "attention_bias", False), getattr(h, "mlp_bias", False)
     assert c.attention.qkv_bias is (kind == "qwen2" or bias) and c.mlp.bias is mlp_bias
-    assert c.attention.qk_norm == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head"}.get(kind)
+    assert c.attention.qk_norm == {"olmo2": "flat", "qwen3": "head", "gemma3_text": "head", "qwen3_moe": "head",
+                                   "olmoe": "flat"}.get(kind)  # fmt: skip
     if kind == "gemma3_text":  # the sliding layers' base from rope.freq_base_swa, unscaled
         local = c.rope.ropes["sliding_attention"]
         assert (local.theta, local.kind, rope.factor) == (300.0, "default", 2.0)
+
+
+@pytest.mark.parametrize("case", ["mixtral", "qwen3_moe", "olmoe"])
+def test_moe_routing_read_from_stacked_experts_equals_transformers(case, made, libs):
+    """Each expert read back alone from its layer's stack (ffn_*_exps): the router's choices and weights are
+    transformers', layer by layer."""
+    path, model = made(case)
+    ours = load_model(path, dtype="float32")
+    ids = ids_for(15, 4)
+    want, run = reference_routing(libs[0], model, ids), ours.forward(ids)
+    assert sorted(want) == list(range(model.config.num_hidden_layers))  # llama.cpp: experts in every layer
+    for layer, (top, g) in want.items():
+        np.testing.assert_array_equal(run.router_top[layer], top, err_msg=f"{case} layer {layer}")
+        np.testing.assert_allclose(run.router_weights[layer], g, atol=1e-5, rtol=0)
 
 
 def test_without_rope_freq_base_gpt_neox_turns_at_llama_cpps_10000(made, tmp_path, libs):
@@ -367,3 +386,18 @@ def test_bad_rope_freqs_in_a_file_are_one_line(values, message, tmp_path, libs):
     with pytest.raises(QkvError) as exc:
         load_model(tmp_path / "x.gguf")
     assert "\n" not in str(exc.value) and message in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize("used, fragment", [(5, "'num_experts_per_tok' (5) cannot exceed 'num_local_experts' (4)"),
+                                            (0, "'num_experts_per_tok' must be at least 1, got 0")])  # fmt: skip
+def test_contradictory_expert_counts_in_gguf_metadata_are_one_line_exit_2(used, fragment, made, libs, tmp_path):
+    from typer.testing import CliRunner
+
+    from qkv_cli.cli import app
+
+    _, model = made("mixtral")
+    bad = copy.deepcopy(model)
+    bad.config.num_experts_per_tok = used  # written as mixtral's expert_used_count
+    convert(libs[2], bad, tmp_path / "bad.gguf")
+    r = CliRunner().invoke(app, ["run", "a b c", "--model", str(tmp_path / "bad.gguf")])
+    assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
