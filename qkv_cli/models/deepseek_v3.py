@@ -147,5 +147,5 @@ def block(p, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, v
     h = decoder.hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
     parts = latent_attention(b.norms["attn_in"](x), b.attn, h, mask, kernel, cache, into, rows)
     h = x + parts.output
-    f, _ = b.moe(b.norms["mlp_in"](h))
-    return h + f, parts
+    f, routing = b.moe(b.norms["mlp_in"](h))
+    return h + f, parts._replace(routing=routing)  # the chosen experts go out with the layer's parts

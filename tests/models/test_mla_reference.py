@@ -174,14 +174,16 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     plain = deepseek_moe.MoeLayer.__call__
     monkeypatch.setattr(deepseek_moe.MoeLayer, "__call__", lambda self, x: got.append((self, x)) or plain(self, x))
     ours = load_model(folder, dtype="float32")
-    ours.forward(ids)
+    run = ours.forward(ids)
     assert sorted(want) == [1, 2] and len(got) == 2 and ours.params.blocks[0].moe is None
+    assert (run.router_top[0] == -1).all()  # the dense first layer routes nothing
     steered = False
     for (layer, x), (l, (x_ref, (_, weights, top))) in zip(got, sorted(want.items()), strict=True):
         np.testing.assert_allclose(x, x_ref[0].numpy(), atol=1e-5, err_msg=f"layer {l}: the router's input")
         routing = route(layer.router(x), layer.options, layer.correction)
         order = np.argsort(top.numpy(), axis=1)  # transformers' top-k is unsorted: compare as sets
         np.testing.assert_array_equal(np.sort(routing.top, axis=1), np.take_along_axis(top.numpy(), order, 1))
+        np.testing.assert_array_equal(run.router_top[l], routing.top)  # what --show experts and exports hold
         mine = np.take_along_axis(routing.weights, np.argsort(routing.top, axis=1), 1)
         np.testing.assert_allclose(mine, np.take_along_axis(weights.numpy(), order, 1), atol=1e-5)
         if name == "deepseek_v3-moe":
