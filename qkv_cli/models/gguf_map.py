@@ -22,7 +22,9 @@ from qkv_cli.models.weights import Tensor
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
+    "deepseek2": "deepseek_v3",
 }  # fmt: skip
+DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
@@ -109,6 +111,10 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         _gemma_scalar(raw)
     if kind in MOE_NORMALISED:  # llama.cpp's build_moe_ffn: renormalised or not by architecture, never by a key
         raw["norm_topk_prob"] = MOE_NORMALISED[kind]
+    if arch == "deepseek2":  # multi-head latent attention, DeepSeekMoE
+        from qkv_cli.models.gguf_deepseek import config
+
+        config(raw, meta, tensors, where)
     return raw
 
 
@@ -167,6 +173,10 @@ def hf_name(name: str, kind: str = "llama") -> str | None:
     not use."""
     neox = kind == "gpt_neox"
     globals_, layers = (NEOX_GLOBAL_NAMES, NEOX_LAYER_NAMES) if neox else (GLOBAL_NAMES, LAYER_NAMES)
+    if kind in DEEPSEEK:
+        from qkv_cli.models.gguf_deepseek import LAYER_NAMES as MLA_NAMES
+
+        layers = {**LAYER_NAMES, **MLA_NAMES}
     stem, _, suffix = name.rpartition(".")
     if stem in globals_:
         return f"{globals_[stem]}.{suffix}"
@@ -214,6 +224,10 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
             target = target.replace("post_attention_layernorm", "pre_feedforward_layernorm")
         out[target] = Tensor(t.shape, t.kind, read, t.source, t.rows if read is t.read else None)
+    if kind in DEEPSEEK:  # kv_b_proj joined, experts split, the correction bias named
+        from qkv_cli.models.gguf_deepseek import tensors as deepseek_tensors
+
+        return deepseek_tensors(out, tensors, raw_config)
     return out
 
 
