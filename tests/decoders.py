@@ -11,6 +11,13 @@ import shutil
 BASE = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3,
         "intermediate_size": 48, "max_position_embeddings": 64, "tie_word_embeddings": False}  # fmt: skip
 
+MLA = {"num_key_value_heads": 4, "q_lora_rank": 12, "kv_lora_rank": 10, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4,
+       "v_head_dim": 6, "first_k_dense_replace": 3, "rms_norm_eps": 1e-5}  # fmt: skip
+
+DEEPSEEK_MOE = {"first_k_dense_replace": 1, "n_routed_experts": 8, "n_group": 2, "topk_group": 1,
+                "num_experts_per_tok": 2, "moe_intermediate_size": 8, "n_shared_experts": 1,
+                "routed_scaling_factor": 2.5}  # fmt: skip
+
 # name -> (model_type, config overrides); texts are 12-20 tokens, so every window below is shorter
 CASES = {
     "llama": ("llama", {"rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}}),
@@ -55,6 +62,19 @@ CASES = {
                                  "intermediate_size": 32,  # MXFP4 blocks of 32 along each expert row
                                  "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "truncate": True,
                                                      "original_max_position_embeddings": 16, "rope_theta": 300.0}}),
+    # multi-head latent attention: q.k width 8 + 4 = 12, values 6 wide; every layer dense (the MoE ones: below)
+    "deepseek_v3": ("deepseek_v3", {**MLA, "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "deepseek_v3-yarn": ("deepseek_v3", {**MLA, "q_lora_rank": None, "rope_interleave": False, "attention_bias": True,
+                                         "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 100.0,
+                                                             "mscale": 0.9, "mscale_all_dim": 0.7,
+                                                             "original_max_position_embeddings": 16}}),
+    # DeepSeekMoE after the first layer: 8 routed experts in 2 groups (a token picks from 1), 2 per token, 1 shared
+    "deepseek_v3-moe": ("deepseek_v3", {**MLA, **DEEPSEEK_MOE}),
+    # DeepSeek-V2: a softmax router, the k best (greedy) or the k best within the best group, never renormalised
+    "deepseek_v2": ("deepseek_v2", {**MLA, **DEEPSEEK_MOE, "routed_scaling_factor": 1.5}),
+    "deepseek_v2-groups": ("deepseek_v2", {**MLA, **DEEPSEEK_MOE, "q_lora_rank": None,
+                                           "topk_method": "group_limited_greedy",
+                                           "rope_parameters": {"rope_type": "default", "rope_theta": 200.0}}),
     "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5,
                             "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
     "qwen3_moe": ("qwen3_moe", {"head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
@@ -79,7 +99,7 @@ MOE = (
 def eager(model_type: str) -> dict:
     """transformers' eager implementations: the attention, and a MoE model's experts (one loop over the experts, as
     the modeling files write them; the default grouped matrix product refuses float64)."""
-    moe = model_type in {CASES[name][0] for name in MOE}
+    moe = model_type in {CASES[name][0] for name in MOE} or model_type.startswith("deepseek")
     return {"attn_implementation": "eager", **({"experts_implementation": "eager"} if moe else {})}
 
 
@@ -111,6 +131,9 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
                 p.copy_(torch.randn_like(p) * 0.3 + (0.0 if gemma else 1.0))
             else:
                 p.copy_(torch.randn_like(p) * 0.3)
+        for bname, b in model.named_buffers():
+            if bname.endswith("e_score_correction_bias"):  # DeepSeek-V3's router bias: random, so that it matters
+                b.copy_(torch.randn_like(b) * 0.3)
     model.eval()
     model.save_pretrained(folder, safe_serialization=True)
     shutil.copy(BPE_PATH, folder / "tokenizer.json")
@@ -181,6 +204,19 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
         torch.Tensor.float = lambda tensor, *a, **k: plain_to(tensor, torch.float64)
         torch.Tensor.to = to
         torch.nn.functional.softmax = softmax
+        self.plain_type = plain_type = torch.Tensor.type  # DeepSeek-V3's router: x.type(torch.float32)
+
+        def as_type(tensor, dtype=None, *args, **kwargs):
+            return plain_type(tensor, torch.float64 if dtype is torch.float32 else dtype, *args, **kwargs)
+
+        torch.Tensor.type = as_type
+        self.plain_tensor_softmax = plain_tensor_softmax = torch.Tensor.softmax  # DeepSeek-V2's router
+
+        def tensor_softmax(tensor, *args, dtype=None, **kwargs):
+            return plain_tensor_softmax(tensor, *args, dtype=torch.float64 if dtype is torch.float32 else dtype,
+                                        **kwargs)  # fmt: skip
+
+        torch.Tensor.softmax = tensor_softmax
         return self
 
     def __exit__(self, *exc):
@@ -189,6 +225,8 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
             self.saved
         )
         torch.set_default_dtype(default)
+        torch.Tensor.type = self.plain_type
+        torch.Tensor.softmax = self.plain_tensor_softmax
 
 
 def float64_twin(transformers, torch, model):

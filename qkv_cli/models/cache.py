@@ -4,7 +4,8 @@ query row against them -- O(n) per step instead of recomputing the whole O(n^2) 
     step t:  x_t -> for each layer: q_t, k_t, v_t (RoPE at position t);  K_l <- [K_l; k_t], V_l <- [V_l; v_t]
              alpha_t = Softmax(q_t K_l^T * scale + Mask_t)   (causal; the window on sliding layers)
 
-The cache holds K after RoPE (what the scores use), (G, n, d_k) per layer: 2 L G d_k numbers per token.
+The cache holds K after RoPE (what the scores use), (G, n, d_k) per layer: 2 L G d_k numbers per token. With
+multi-head latent attention (models.mla) it holds each token's latent and RoPE key: L (r_kv + d_rope) numbers.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ class LayerCache:
         self.length = end
         return self.K[:, :end], self.V[:, :end]
 
+    @property
+    def nbytes(self) -> int:
+        return self.K[:, : self.length].nbytes + self.V[:, : self.length].nbytes
+
 
 @dataclass
 class Step:
@@ -46,7 +51,7 @@ class KVCache:
     def __init__(self, model, capacity: int):
         c = model.config
         self.capacity = capacity
-        self.layers = [LayerCache(c.n_kv_heads, capacity, c.d_k, model.dtype) for _ in range(c.n_layers)]
+        self.layers = [layer_cache(c, capacity, model.dtype) for _ in range(c.n_layers)]
 
     @property
     def length(self) -> int:
@@ -55,7 +60,16 @@ class KVCache:
     @property
     def nbytes(self) -> int:
         """Bytes the filled part holds (K and V, every layer)."""
-        return sum(2 * lc.K[:, : lc.length].nbytes for lc in self.layers)
+        return sum(lc.nbytes for lc in self.layers)
+
+
+def layer_cache(c, capacity: int, dtype):
+    """A layer's cache: K and V (G, n, d_k), or with multi-head latent attention the latent and the RoPE key."""
+    if getattr(c, "latent", None) is not None:
+        from qkv_cli.models.mla import LatentCache
+
+        return LatentCache(c.latent, capacity, dtype)
+    return LayerCache(c.n_kv_heads, capacity, c.d_k, dtype)
 
 
 def stale_at(config) -> int | None:
@@ -69,6 +83,8 @@ def stale_at(config) -> int | None:
 
 
 def bytes_needed(config, capacity: int, itemsize: int) -> int:
+    if getattr(config, "latent", None) is not None:  # MLA: r_kv + d_rope numbers per token and layer
+        return config.n_layers * capacity * config.latent.cached * itemsize
     return 2 * config.n_layers * config.n_kv_heads * capacity * config.d_k * itemsize
 
 

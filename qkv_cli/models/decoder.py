@@ -1,5 +1,5 @@
 """The RoPE decoder every modern family is an arrangement of: Llama, Mistral, Qwen 2/3, Gemma 2/3, GPT-NeoX, OLMo 2,
-SmolLM3, Phi-3.
+SmolLM3, Phi-3, DeepSeek-V3.
 
     x_0 = E[ids] (* sqrt(d) for Gemma)
     block l (pre-norm, Llama):  h = x + Att(N_1(x));  x' = h + MLP(N_2(h))
@@ -9,6 +9,7 @@ SmolLM3, Phi-3.
     Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
     MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX),
          or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE), its routing kept in the layer's parts
+         (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.mla)
     last: N_f(x_L)
 
 What differs between families is a named, typed option of ModelConfig (models.options: attention, rope, mlp,
@@ -25,12 +26,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
-from qkv_cli.models import rope
+from qkv_cli.models import mla_names, rope
 from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
+from qkv_cli.models.mla import latent_attention
 from qkv_cli.models.moe import Experts, MoeLayer
 
 if TYPE_CHECKING:
@@ -58,12 +60,12 @@ class Norm:
 
 @dataclass
 class Block:
-    attn: AttentionWeights
+    attn: AttentionWeights  # or models.mla.LatentWeights (multi-head latent attention)
     norms: dict  # "attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm" -> Norm (absent: not used)
     up: Linear | None  # d -> d_ff (None: a MoE layer)
     gate: Linear | None  # d -> d_ff (gated MLP), or None
     down: Linear | None  # d_ff -> d
-    moe: MoeLayer | None = None  # a mixture of experts instead of up, gate and down
+    moe: MoeLayer | None = None  # a mixture of experts instead of up, gate and down (DeepSeek's: deepseek_moe)
 
 
 @dataclass
@@ -118,6 +120,8 @@ def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
     if "qnorm" in n:
         out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,
                           "per_head": c.attention.qk_norm == "head"}  # fmt: skip
+    if c.latent is not None:  # multi-head latent attention: its latents' matrices and norms
+        out["latent"] = p.blocks[layer].attn.steps()
     return out
 
 
@@ -166,7 +170,9 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
     def linear(role):
         return Linear(get(role + ".w"), get(role + ".b"), out_in=True)
 
-    if p + "qkv.w" in names and c.embeddings.names == "phi3":  # Phi-3: one matrix, already [Q | K | V]
+    if c.latent is not None:  # multi-head latent attention (models.mla)
+        attn = mla_names.weights(get, c, l, lambda role: _norm(w, c, names, role))
+    elif p + "qkv.w" in names and c.embeddings.names == "phi3":  # Phi-3: one matrix, already [Q | K | V]
         qkv = linear(p + "qkv")
     elif p + "qkv.w" in names:  # GPT-NeoX: one matrix, rows per head [q_h | k_h | v_h]: regroup as [Q | K | V]
         W = get(p + "qkv.w").reshape(tau, 3, dk, -1).transpose(1, 0, 2, 3).reshape(3 * tau * dk, -1)
@@ -188,6 +194,8 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
         gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)
     elif p + "up.w" in names:
         up, gate = linear(p + "up"), linear(p + "gate") if p + "gate.w" in names else None
+    else:  # a MoE layer whose family builds its own (DeepSeek's: deepseek_v3.prepare_block)
+        up = gate = None
     roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
     norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
     if p + "router.w" in names:  # E experts: E x [d_e, d], E x [d_e, d], E x [d, d_e], as read (no stacked copy)
@@ -196,7 +204,7 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
         experts = MoeLayer(linear(p + "router"), Experts(*each, ACTIVATIONS[c.activation]))
         return Block(AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk), norms, None, None, None, experts)
     return Block(
-        AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
+        attn if c.latent is not None else AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
         norms,
         up,
         gate,
@@ -223,7 +231,8 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, st
     act = ACTIVATIONS[c.activation]
     a_in = n["attn_in"](x) if "attn_in" in n else x
     h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
-    parts = self_attention(a_in, b.attn, h, mask, kernel, cache, into, rows)
+    attend = self_attention if c.latent is None else latent_attention
+    parts = attend(a_in, b.attn, h, mask, kernel, cache, into, rows)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
     if c.mlp.parallel_residual:  # GPT-NeoX: both branches read x
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts

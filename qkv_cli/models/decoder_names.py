@@ -8,7 +8,7 @@ it, Gemma and OLMo 2), "l.mlp_in", "l.mlp_out", "l.qnorm"/"l.knorm" (QK-norm), "
 
 from __future__ import annotations
 
-from qkv_cli.models import moe_config
+from qkv_cli.models import mla_names, moe_config
 from qkv_cli.models.config import ModelConfig
 
 # where each layout puts its norms: role -> Hugging Face module name
@@ -34,7 +34,9 @@ def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
             out[f"{p}{module}.weight"] = ((d,), f"{r}{role}.w")
             if layer_norm_bias:
                 out[f"{p}{module}.bias"] = ((d,), f"{r}{role}.b")
-        if neox:
+        if c.latent is not None:  # multi-head latent attention: q_a, q_b, kv_a, kv_b and their norms
+            out.update(mla_names.tensor_names(c, p, r))
+        elif neox:
             out[p + "attention.query_key_value.weight"] = ((3 * d, d), r + "qkv.w")
             out[p + "attention.dense.weight"] = ((d, d), r + "o.w")
             if c.attention.qkv_bias:

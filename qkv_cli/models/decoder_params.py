@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from qkv_cli.models import mla_names
 from qkv_cli.models.config import ModelConfig, Param, attention_params
 from qkv_cli.models.decoder_names import NORMS
 
@@ -17,7 +18,10 @@ def parameter_table(c: ModelConfig) -> list[Param]:
     L, d, dff, dk = c.n_layers, c.d, c.d_ff, c.d_k
     bias = c.norms.biased
     out = [Param("embed_tokens", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)")]
-    out += attention_params(c, biases=c.attention.qkv_bias, output_bias=c.attention.o_bias)
+    if c.latent is not None:  # multi-head latent attention
+        out += mla_names.parameter_table(c)
+    else:
+        out += attention_params(c, biases=c.attention.qkv_bias, output_bias=c.attention.o_bias)
     if c.attention.qk_norm:
         head = c.attention.qk_norm == "head"
         out += [

@@ -13,7 +13,13 @@ from qkv_cli.errors import QkvError
 from qkv_cli.models.moe_config import NAMES
 from qkv_cli.models.weights import Tensor
 
-NAMING = {"mixtral": "mixtral", "qwen3_moe": "qwen", "olmoe": "qwen"}  # model_type -> moe_config.NAMES
+NAMING = {
+    "mixtral": "mixtral",
+    "qwen3_moe": "qwen",
+    "olmoe": "qwen",
+    "deepseek_v3": "qwen",
+    "deepseek_v2": "qwen",
+}  # model_type -> moe_config.NAMES
 STACKS = {"ffn_gate_exps": 0, "ffn_up_exps": 1, "ffn_down_exps": 2}  # -> the position in NAMES' expert names
 
 

@@ -23,7 +23,9 @@ ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
     "gpt-oss": "gpt_oss",
+    "deepseek2": "deepseek_v3",
 }  # fmt: skip
+DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
@@ -110,6 +112,10 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         _gemma_scalar(raw)
     if kind in MOE_NORMALISED:  # llama.cpp's build_moe_ffn: renormalised or not by architecture, never by a key
         raw["norm_topk_prob"] = MOE_NORMALISED[kind]
+    if arch == "deepseek2":  # multi-head latent attention, DeepSeekMoE
+        from qkv_cli.models.gguf_deepseek import config
+
+        config(raw, meta, tensors, where)
     return raw
 
 
@@ -168,6 +174,10 @@ def hf_name(name: str, kind: str = "llama") -> str | None:
     not use."""
     neox = kind == "gpt_neox"
     globals_, layers = (NEOX_GLOBAL_NAMES, NEOX_LAYER_NAMES) if neox else (GLOBAL_NAMES, LAYER_NAMES)
+    if kind in DEEPSEEK:
+        from qkv_cli.models.gguf_deepseek import LAYER_NAMES as MLA_NAMES
+
+        layers = {**LAYER_NAMES, **MLA_NAMES}
     stem, _, suffix = name.rpartition(".")
     if stem in globals_:
         return f"{globals_[stem]}.{suffix}"
@@ -219,6 +229,10 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         from qkv_cli.models.gguf_gpt_oss import gpt_oss_tensors
 
         out.update(gpt_oss_tensors(tensors))
+    if kind in DEEPSEEK:  # kv_b_proj joined, experts split, the correction bias named
+        from qkv_cli.models.gguf_deepseek import tensors as deepseek_tensors
+
+        return deepseek_tensors(out, tensors, raw_config)
     return out
 
 

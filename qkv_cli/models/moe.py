@@ -14,6 +14,8 @@ The routers (ROUTERS, one function per family's rule, same signature):
                    `groups` groups (a group scored by the sum of its two best); g = s of the chosen, renormalised
                    when `normalise` (DeepSeek-V3)
     topk_sigmoid   the k largest logits; g = sigmoid of those (Llama 4), applied to the expert's input
+    softmax_groups p = Softmax(z); the k largest within the top_groups groups (a group scored by its best p)
+                   (DeepSeek-V2's group_limited_greedy)
 Every router multiplies g by `scaling` (routed_scaling_factor; 1 but for DeepSeek-V3). Only the tokens routed to an
 expert go through it (`mixture`). numpy only; every step keeps the input's dtype.
 """
@@ -138,6 +140,19 @@ def sigmoid_groups(z, o: Moe, correction=None):  # [m, E], [E] -> [m, k], [m, k]
     return top, _renormalise(g, 1e-20) if o.normalise else g
 
 
+def softmax_groups(z, o: Moe, correction=None):  # [m, E] -> [m, k], [m, k]
+    """DeepSeek-V2's group_limited_greedy: p = Softmax(z); a group is scored by its best p; outside the top_groups
+    groups p counts as 0; the k largest, their p as weights (renormalised when `normalise`)."""
+    p = softmax(z)
+    m, per = z.shape[0], o.experts // o.groups
+    best = p.reshape(m, o.groups, per).max(axis=-1)  # (m, groups)
+    keep = np.zeros((m, o.groups), dtype=bool)
+    np.put_along_axis(keep, top_k(best, o.top_groups), True, axis=-1)
+    top = top_k(np.where(np.repeat(keep, per, axis=-1), p, p.dtype.type(0)), o.top_k)
+    g = np.take_along_axis(p, top, axis=-1)
+    return top, _renormalise(g) if o.normalise else g
+
+
 def topk_sigmoid(z, o: Moe, correction=None):  # [m, E] -> [m, k], [m, k]
     top = top_k(z, o.top_k)
     return top, sigmoid(np.take_along_axis(z, top, axis=-1))
@@ -147,6 +162,7 @@ ROUTERS = {
     "softmax_topk": softmax_topk,  # Mixtral, Qwen3-MoE, OLMoE
     "topk_softmax": topk_softmax,  # gpt-oss
     "sigmoid_groups": sigmoid_groups,  # DeepSeek-V3
+    "softmax_groups": softmax_groups,  # DeepSeek-V2 (group_limited_greedy)
     "topk_sigmoid": topk_sigmoid,  # Llama 4
 }  # kind -> (z [m, E], Moe, correction [E] or None) -> (top [m, k], weights [m, k])
 INPUT_SCALED = ("topk_sigmoid",)  # routers whose weights scale the expert's input

@@ -43,6 +43,8 @@ FAMILIES = {
     "mixtral": "qkv_cli.models.mixtral",  # mixtures of experts (models.moe)
     "qwen3_moe": "qkv_cli.models.qwen3_moe",
     "olmoe": "qkv_cli.models.olmoe",
+    "deepseek_v3": "qkv_cli.models.deepseek_v3",
+    "deepseek_v2": "qkv_cli.models.deepseek_v2",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "umt5": "qkv_cli.models.umt5",

@@ -62,6 +62,10 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
         from qkv_cli.pipeline.seq2seq_shapes import encdec_matrices
 
         mats = encdec_matrices(c, m, m if n is None else n)
+    elif c.latent is not None:  # multi-head latent attention (DeepSeek-V3)
+        from qkv_cli.pipeline.mla_shapes import latent_matrices
+
+        mats = latent_matrices(c, m, input_meaning(c))
     else:
         mats = None
     kv = c.n_kv_heads if c.n_kv_heads != c.n_heads else None

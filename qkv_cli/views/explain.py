@@ -110,14 +110,16 @@ def zoom_view(out, z: dict, key_labels, tr, precision: int) -> None:
     if "rope" in z:
         rope_view(out, z["rope"], j, g, p)
     out.print(f"scale = {z['scale']:.4g}")
-    capped = "capped" in z
-    names = ("t", "key", f"q_{i} . k_t", "* scale", *(("tanh(s/c) c",) if capped else ()), f"+ Mask_{i},t", "= s_t",
-             "exp(s_t - max)", f"alpha_{i},t")  # fmt: skip
+    capped, split = "capped" in z, "dot_nope" in z  # split: MLA's nope and rope parts of q_i . k_t
+    names = ("t", "key", *(("q^C . k^C", "+ q^R . k^R") if split else ()), f"q_{i} . k_t", "* scale",
+             *(("tanh(s/c) c",) if capped else ()), f"+ Mask_{i},t", "= s_t", "exp(s_t - max)",
+             f"alpha_{i},t")  # fmt: skip
     scores = _table(names, ("key",))
     for t in range(len(z["dot"])):
         cap = (_num(z["capped"][t], p + 2),) if capped else ()
-        scores.add_row(str(t), clean(key_labels[t]), _num(z["dot"][t], p + 2), _num(z["scaled"][t], p + 2), *cap,
-                       _num(z["mask"][t], 0), _num(z["score"][t], p + 2), _num(z["exp"][t], p + 2),
+        parts = (_num(z["dot_nope"][t], p + 2), _num(z["dot_rope"][t], p + 2)) if split else ()
+        scores.add_row(str(t), clean(key_labels[t]), *parts, _num(z["dot"][t], p + 2), _num(z["scaled"][t], p + 2),
+                       *cap, _num(z["mask"][t], 0), _num(z["score"][t], p + 2), _num(z["exp"][t], p + 2),
                        _num(z["weights"][t], p + 2))  # fmt: skip
     out.print(_narrowed(scores, out))
     if "sink" in z:  # gpt-oss: the sink logit joins the max and the sum as one more column, then is dropped

@@ -29,7 +29,7 @@ def emit(sh, fmt: str) -> None:
 
 def emit_sizes(sh, fmt: str) -> None:
     d, tau, m, n, dtype, kv_heads, mats = sh.d, sh.tau, sh.m, sh.n, sh.dtype, sh.kv_heads, sh.mats
-    dk = mats[1].cols
+    dk = sh.model.d_k if getattr(sh.model, "latent", None) else mats[1].cols  # MLA: mats[1] is W^DQ
     if fmt == "json":
         doc = as_json(d, tau, m, mats, n, dtype)
         if kv_heads is not None:
@@ -98,12 +98,16 @@ def emit_model(sh, fmt: str) -> None:
         dims["kv_heads"] = c.n_kv_heads
     if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
         dims["nope_layers"] = list(c.rope.no_rope)
-    moe = c.mlp.moe if c.mlp is not None else None
+    moe = (c.mlp.moe if c.mlp is not None else None) or getattr(c, "moe", None)  # DeepSeek's: config.moe
     if moe is not None:  # a mixture of experts: E experts, k chosen per token, each d_expert wide
         dims |= {"experts": moe.experts, "top_k": moe.top_k, "d_expert": moe.d_expert}
         if moe.dense_layers:
             dims["dense_mlp_layers"] = list(moe.dense_layers)
     r = c.rope.ropes[""] if c.rope is not None else None
+    latent = getattr(c, "latent", None)
+    if latent is not None:  # multi-head latent attention: its ranks and widths
+        dims |= {"q_lora_rank": latent.q_rank, "kv_lora_rank": latent.kv_rank, "d_nope": latent.d_nope,
+                 "d_rope": latent.d_rope, "d_v": latent.d_v}  # fmt: skip
     if r is not None and r.rot < c.d_k:  # partial rotary (GPT-NeoX, Phi-4-mini): the first rot dimensions turn
         dims["rotary_dims"] = r.rot
     if r is not None and r.kind == "longrope":  # Phi-3: short factors up to this length, long ones beyond
@@ -121,6 +125,11 @@ def emit_model(sh, fmt: str) -> None:
         doc["total_parameters"] = total
         doc["file_parameters"] = sh.file_params
         doc["kv_cache_bytes_per_token"] = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
+        if latent is not None:
+            from qkv_cli.pipeline.mla_shapes import cache_numbers
+
+            doc["kv_cache_numbers_per_token_layer"] = cache_numbers(c)
+            doc["kv_cache_bytes_per_token"] = c.n_layers * latent.cached * ITEMSIZE[dtype]
         doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
         print(json.dumps(doc))
         return
@@ -144,11 +153,17 @@ def emit_model(sh, fmt: str) -> None:
     console.print(table)
     unused = f"; {sh.file_params - total:,} more are stored but unused here" if sh.file_params > total else ""
     console.print(Text(f"counted from the file: {sh.file_params:,} parameters{unused}"))
-    per_token = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
-    sizes = f"L={L} x G={G} x d_k={dk} x {ITEMSIZE[dtype]} bytes"
-    whose = " (the decoder's; the encoder's keys and values are computed once)" if c.seq2seq is not None else ""
-    console.print(Text(f"KV cache{whose}: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
-                       f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
+    if latent is not None:
+        from qkv_cli.pipeline.mla_shapes import cache_lines
+
+        for line in cache_lines(c, ITEMSIZE[dtype], m):
+            console.print(Text(line))
+    else:
+        per_token = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
+        sizes = f"L={L} x G={G} x d_k={dk} x {ITEMSIZE[dtype]} bytes"
+        whose = " (the decoder's; the encoder's keys and values are computed once)" if c.seq2seq is not None else ""
+        console.print(Text(f"KV cache{whose}: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
+                           f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
     if scale_words(c.d_k, scale, softcap):  # not plain Q K^T / sqrt(d_k): say what the scores are
         console.print(Text(f"scores: S = {scores_formula(c.d_k, scale, softcap)}, before the mask; "
                            f"{scale_words(c.d_k, scale, softcap, root=True)}"))  # fmt: skip

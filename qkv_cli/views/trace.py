@@ -46,6 +46,10 @@ def rms(x, w, eps, offset):  # [..., n] -> [..., n]: x / sqrt(mean(x^2) + eps) *
 
 def projections(result) -> dict:
     """Every head's Q, K, V by the plain formulas: H W + b, then QK-norm, then RoPE (as far as the model goes)."""
+    if result.latent is not None:  # multi-head latent attention: from the latents (views.trace_mla)
+        from qkv_cli.views.trace_mla import latent_projections
+
+        return latent_projections(result)
     X = result.H
     Y = X if result.H_context is None else result.H_context  # keys and values from Y in cross-attention
     b = result.biases
@@ -97,5 +101,8 @@ def trace(result, head: int = 0) -> Trace:
     output = concat @ result.Wo + (b["bo"] if "bo" in b else 0)  # (m, tau dk) x (tau dk, d) + b^o -> (m, d)
     group = groups(tau, G)[g]
     shared = f" (shared by query heads {group[0]}..{group[-1]})" if G != tau else ""
-    steps = steps_for(result, head, g, shared, p, outs[head], concat, output)
+    walk = steps_for
+    if result.latent is not None:  # multi-head latent attention: its own steps (views.trace_mla)
+        from qkv_cli.views.trace_mla import latent_steps as walk
+    steps = walk(result, head, g, shared, p, outs[head], concat, output)
     return Trace(head=head, kv_head=g, steps=steps, projections=p)

@@ -3,6 +3,7 @@
     Att(q_i, K, V) = Softmax(q_i K^T * scale + Mask_i) V:  each q_i . k_t, the scale, the mask entry, exp(s - max),
     the sum, the weights, and the head output as the weighted sum of the rows of V.
 With RoPE: q_i and k_i before and after the rotation, and the angle i * theta_k of each pair (k, k + rot/2).
+Multi-head latent attention: each q_i . k_t also as its nope part q^C . k^C plus its rope part q^R . k^R.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def query_zoom(tr, i: int, result) -> dict:
         out["capped"] = capped
     if sink is not None:
         out.update(sink=sink, sink_exp=sink_exp, sink_share=sink_exp / total if total > 0 else 1.0)
+    if result.latent is not None:  # multi-head latent attention: q_i . k_t = q^C . k^C + q^R . k^R
+        dn = result.latent["d_nope"]
+        out["dot_nope"], out["dot_rope"] = K[:, :dn] @ q[:dn], K[:, dn:] @ q[dn:]
     if result.rope_freq is not None:
         out["rope"] = rope_zoom(tr, i, result)
     return out
@@ -53,6 +57,8 @@ def rope_zoom(tr, i: int, result) -> dict:
     theta = np.asarray(result.rope_freq, dtype=np.float64)
     half = len(theta)
     j, g = tr.head, tr.kv_head
-    return {"position": i, "pairs": [[k, k + half] for k in range(half)], "theta": theta, "angle": i * theta,
+    first = 0 if result.latent is None else result.latent["d_nope"]  # MLA turns the last d_rope dimensions
+    return {"position": i, "pairs": [[first + k, first + k + half] for k in range(half)], "theta": theta,
+            "angle": i * theta,
             "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": p["Q"][j, i],
             "k_before": p["K_pre_rope"][g, i], "k_after": p["K"][g, i]}  # fmt: skip

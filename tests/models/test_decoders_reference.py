@@ -233,7 +233,9 @@ def test_every_rope_family_in_the_registry_has_a_case():
     assert {model_type for model_type, _ in CASES.values()} == set(FAMILIES) - {"bert", "gpt2"} - encoder_decoders()
 
 
-@pytest.mark.parametrize("name", ["qwen3", "olmo2", "gemma2", "gpt_neox", "llama-yarn", "gpt_oss"])
+@pytest.mark.parametrize(
+    "name", ["qwen3", "olmo2", "gemma2", "gpt_neox", "llama-yarn", "deepseek_v3", "deepseek_v3-yarn", "gpt_oss"]
+)
 def test_explain_recomputes_the_run(name, built):
     """explain redoes QK-norm, RoPE and soft-capping with the plain formulas: the same Q, K and weights as run."""
     folder, _ = built(name)

@@ -1,0 +1,135 @@
+"""llama.cpp's `deepseek2` GGUF files against transformers on the same weights: a tiny dense DeepSeek-V3 (MLA with
+q.k width 12, values 6, latents 10 and 12) written by tests/gguf_convert_deepseek.py, which follows llama.cpp's
+DeepseekV2Model (the latent as one key/value head, kv_b_proj split into attn_k_b and attn_v_b, RoPE rows as they
+are). qkv reads the file; every layer's attention equals transformers' eager attention within 1e-5 in float32 and
+1e-10 in float64, and the logits agree; greedy generation through the latent cache writes transformers' ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from decoders import attentions, build, float64_everywhere, float64_twin
+from gguf_convert_deepseek import convert
+from helpers import reference_import
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models import load_model
+from qkv_cli.models.gguf import read_gguf
+
+pytestmark = pytest.mark.reference
+
+
+CASES = ("deepseek_v3", "deepseek_v3-moe", "deepseek_v2-groups")  # dense; V3's MoE; V2's group-limited softmax
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    torch, transformers, gguf = (reference_import(x) for x in ("torch", "transformers", "gguf"))
+    out = {}
+
+    def get(name):
+        if name not in out:
+            folder = tmp_path_factory.mktemp(name)
+            model = build(transformers, torch, name, folder)
+            path = tmp_path_factory.mktemp("gguf") / f"{name}.gguf"
+            convert(gguf, model, path, folder)
+            out[name] = (path, model)
+        return out[name]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def made(files):
+    return files("deepseek_v3")
+
+
+def ids_for(m: int, seed: int) -> list[int]:
+    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
+
+
+def test_the_file_holds_llama_cpps_layout_and_qkv_reads_mla_back(made):
+    path, model = made
+    g = read_gguf(path)
+    assert g.metadata["deepseek2.attention.head_count_kv"] == 1 and g.metadata["deepseek2.attention.key_length"] == 14
+    assert tuple(g.tensors["blk.0.attn_k_b.weight"].shape) == (4, 10, 8)
+    assert tuple(g.tensors["blk.0.attn_v_b.weight"].shape) == (4, 6, 10)
+    assert "blk.0.attn_kv_b.weight" not in g.tensors
+    c = load_model(path).config
+    assert (c.family, c.n_kv_heads, c.d_k, c.latent.d_v, c.latent.kv_rank, c.latent.q_rank) == (
+        "deepseek_v3", 4, 12, 6, 10, 12)  # fmt: skip
+    assert c.latent.interleaved and c.moe is None and c.attention.scale == pytest.approx(12**-0.5)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float32_attention_and_logits_match_transformers(name, files, torch):
+    path, model = files(name)
+    ours = load_model(path, dtype="float32")
+    for m in (1, 7, 19):
+        ids = ids_for(m, m)
+        run = ours.forward(ids)
+        for layer, want in enumerate(attentions(torch, model, ids)):
+            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"layer {layer}")
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].numpy()
+        z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
+        np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_float64_attention_matches_a_float64_transformers(name, files, torch, transformers):
+    path, model = files(name)
+    ids = ids_for(19, 1)
+    with float64_everywhere(torch):
+        twin = float64_twin(transformers, torch, model)
+        ref = attentions(torch, twin, ids)
+    run = load_model(path, dtype="float64").forward(ids)
+    for layer, want in enumerate(ref):
+        np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"layer {layer}")
+
+
+def test_greedy_generation_from_the_file_writes_transformers_ids(made, torch):
+    from qkv_cli.pipeline.generate import generate
+    from qkv_cli.text.tokens import Tokens
+
+    path, model = made
+    prompt = ids_for(9, 7)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        want = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
+    labels = tuple(str(i) for i in prompt)
+    tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * 9, ids=tuple(prompt))
+    gen = generate(load_model(path, dtype="float32"), tokens, 12)
+    assert gen.step_ids.tolist() == want[0, 9:].tolist()
+
+
+def test_the_moe_keys_read_from_the_metadata(files):
+    """The stacked experts split back, the router's correction bias found, the router kind from the gating
+    function (2, sigmoid: DeepSeek-V3; absent, softmax: DeepSeek-V2, group-limited with expert_group_count > 1)."""
+    v3 = load_model(files("deepseek_v3-moe")[0]).config
+    assert (v3.family, v3.moe.router, v3.moe.experts, v3.moe.top_k, v3.moe.groups, v3.moe.top_groups) == (
+        "deepseek_v3", "sigmoid_groups", 8, 2, 2, 1)  # fmt: skip
+    assert v3.moe.normalise and v3.moe.scaling == 2.5 and v3.moe.d_shared == 8 and v3.moe.dense_layers == (0,)
+    v2 = load_model(files("deepseek_v2-groups")[0]).config
+    assert (v2.family, v2.moe.router, v2.moe.normalise, v2.latent.q_rank) == ("deepseek_v2", "softmax_groups", False,
+                                                                              None)  # fmt: skip
+
+
+def test_an_unknown_gating_function_is_refused_in_one_line(made, tmp_path):
+    import gguf
+
+    path, _ = made
+    g = read_gguf(path)
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "deepseek2")
+    for key, field in g.metadata.items():
+        if key.startswith("deepseek2.") and isinstance(field, int) and not isinstance(field, bool):
+            w.add_uint32(key, field)
+    w.add_uint32("deepseek2.expert_gating_func", 3)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(QkvError, match="expert_gating_func 3 is not supported") as info:
+        load_model(tmp_path / "bad.gguf")
+    assert "\n" not in str(info.value)
