@@ -36,7 +36,8 @@ import numpy as np
 SKIPPED = (".attention.masked_bias", ".attention.bias", ".rotary_emb.inv_freq")  # ModelBase.prepare_tensors
 ARCHES = {"llama": "LLAMA", "mistral": "LLAMA", "qwen2": "QWEN2", "qwen3": "QWEN3", "gemma2": "GEMMA2",
           "gemma3_text": "GEMMA3", "gpt_neox": "GPTNEOX", "olmo2": "OLMO2", "mixtral": "LLAMA",
-          "qwen3_moe": "QWEN3MOE", "olmoe": "OLMOE"}  # fmt: skip
+          "qwen3_moe": "QWEN3MOE", "olmoe": "OLMOE", "smollm3": "SMOLLM3"}  # fmt: skip
+LLAMAS = ("llama", "mistral", "mixtral", "smollm3")  # LlamaModel and its subclasses (SmolLM3Model): q, k permuted
 MOE = ("mixtral", "qwen3_moe", "olmoe")
 GEMMAS = ("gemma2", "gemma3_text")
 
@@ -53,7 +54,7 @@ def expressible(transformers, torch, model):
         out = copy.deepcopy(model)
         out.config.original_max_position_embeddings = rope["original_max_position_embeddings"]
         return out
-    if kind not in ("mistral", "qwen2", "qwen3", *GEMMAS, *MOE):
+    if kind not in ("mistral", "qwen2", "qwen3", "smollm3", *GEMMAS, *MOE):
         return model
     c = copy.deepcopy(model.config)
     if kind in ("mistral", "mixtral"):
@@ -62,7 +63,10 @@ def expressible(transformers, torch, model):
         c.mlp_only_layers, c.decoder_sparse_step, c.norm_topk_prob = [], 1, True
     if kind == "olmoe":  # never renormalised
         c.norm_topk_prob = False
-    if kind in ("qwen2", "qwen3", "qwen3_moe"):
+    if kind == "smollm3":  # llama.cpp: no key for NoPE, layer il without RoPE iff (il + 1) % 4 == 0; no window
+        c.no_rope_layer_interval = 4
+        c.no_rope_layers = [int((i + 1) % 4 != 0) for i in range(c.num_hidden_layers)]
+    if kind in ("qwen2", "qwen3", "qwen3_moe", "smollm3"):
         c.use_sliding_window, c.layer_types = False, ["full_attention"] * c.num_hidden_layers
     if kind in GEMMAS:
         c.query_pre_attn_scalar = c.head_dim
@@ -194,7 +198,7 @@ def write_parameters(gguf, w, h: dict, freq_base: bool) -> None:
         w.add_expert_feed_forward_length(h["moe_intermediate_size"])
     if kind == "olmoe":
         w.add_layer_norm_rms_eps(1e-5)
-    if kind in ("llama", "mistral", "mixtral"):  # LlamaModel
+    if kind in LLAMAS:  # LlamaModel
         w.add_vocab_size(h["vocab_size"])
         w.add_rope_dimension_count(h.get("head_dim") or h["hidden_size"] // h["num_attention_heads"])
     if kind == "gemma3_text":  # Gemma3Model: TextModel's keys again (same values), then these
@@ -245,9 +249,9 @@ def modified(h: dict, name: str, x, n_vocab: int):
     kind, n_head = h["model_type"], h["num_attention_heads"]
     if name.endswith(SKIPPED) or (name == "lm_head.weight" and (h["tie_word_embeddings"] or kind == "gemma2")):
         return None
-    if kind in ("llama", "mistral", "mixtral") and name.endswith(("q_proj.weight", "q_proj.bias")):
+    if kind in LLAMAS and name.endswith(("q_proj.weight", "q_proj.bias")):
         return permute(x, n_head)
-    if kind in ("llama", "mistral", "mixtral") and name.endswith(("k_proj.weight", "k_proj.bias")):
+    if kind in LLAMAS and name.endswith(("k_proj.weight", "k_proj.bias")):
         return permute(x, h["num_key_value_heads"])
     if kind in GEMMAS and name.endswith("norm.weight"):
         return x + np.float32(1)

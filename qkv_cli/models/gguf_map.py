@@ -22,8 +22,7 @@ from qkv_cli.models.weights import Tensor
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
-    "gpt-oss": "gpt_oss",
-    "deepseek2": "deepseek_v3",
+    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3",
 }  # fmt: skip
 DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
@@ -78,7 +77,9 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
     for key, hf in CONFIG_KEYS.items():
         if f"{arch}.{key}" in meta:
             raw[hf] = meta[f"{arch}.{key}"]
-    if kind == "llama" and f"{arch}.rope.dimension_count" in meta:
+    if kind == "smollm3":  # llama.cpp writes no key for NoPE: layer il has no RoPE iff (il + 1) % 4 == 0, always
+        raw["no_rope_layer_interval"] = 4
+    if kind in ("llama", "smollm3") and f"{arch}.rope.dimension_count" in meta:
         raw["head_dim"] = meta[f"{arch}.rope.dimension_count"]
     scaling = meta.get(f"{arch}.rope.scaling.type")
     if scaling not in (None, "none"):
@@ -210,7 +211,7 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
             read = _shifted(t.read)
-        elif kind in ("llama", "mistral", "mixtral") and name.split(".")[-2] in heads:
+        elif kind in ("llama", "mistral", "mixtral", "smollm3") and name.split(".")[-2] in heads:
             n_head = heads[name.split(".")[-2]]
             if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (2 * n_head):
                 raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not a whole number of pairs per head")

@@ -47,6 +47,7 @@ CASES = {
     "mixtral": ("mixtral", False, False),  # mixtures of experts: llama with experts, qwen3moe, olmoe
     "qwen3_moe": ("qwen3_moe", False, False),
     "olmoe": ("olmoe", False, False),
+    "smollm3": ("smollm3", False, False),  # llama's layout, NoPE every 4th layer by llama.cpp's fixed rule
     "gpt_neox-f16": ("gpt_neox-sequential", True, False),
     "olmo2-f16": ("olmo2", True, False),
     "llama-tied-bias-f16": ("llama-tied-bias", True, False),
