@@ -46,6 +46,14 @@ CASES = {
                                "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
                                                    "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
+    # 4 layers: 0-2 RoPE and chunked (n_ch 5), 3 NoPE with its query temperature (floor_scale 2: it grows along the
+    # text); every layer dense (moe_layers [], intermediate_size_mlp the dense width)
+    "llama4_text": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 5, "floor_scale": 2,
+                                    "attn_scale": 0.5, "moe_layers": [], "intermediate_size_mlp": 40,
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "llama4_text-list": ("llama4_text", {"no_rope_layers": [1, 0, 1], "attention_chunk_size": 4, "floor_scale": 3,
+                                         "use_qk_norm": False, "interleave_moe_layer_step": 5, "head_dim": 16,
+                                         "intermediate_size_mlp": 24, "tie_word_embeddings": True}),
 }  # fmt: skip
 
 
@@ -54,7 +62,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type in ("smollm3", "phi3"):  # their default token ids are outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3", "llama4_text"):  # their default token ids are outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 

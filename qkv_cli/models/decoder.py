@@ -25,7 +25,7 @@ import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
 from qkv_cli.models import rope
-from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
+from qkv_cli.models.attention import AttentionWeights, Hooks, l2_norm_qk, self_attention, tempered_queries
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
@@ -77,9 +77,12 @@ def layer_type(c: ModelConfig, layer: int) -> str:
 
 
 def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:
-    """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window)."""
-    window = c.attention.sliding_window if layer_type(c, layer) == "sliding_attention" else None
-    return MaskSpec(causal=True, window=window)
+    """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window), a chunked
+    one only the keys of the query's own chunk (t // n_ch = i // n_ch, Llama 4)."""
+    kind = layer_type(c, layer)
+    window = c.attention.sliding_window if kind == "sliding_attention" else None
+    chunk = c.attention.chunk_size if kind == "chunked_attention" else None
+    return MaskSpec(causal=True, window=window, chunk=chunk)
 
 
 def rope_of(c: ModelConfig, layer: int) -> rope.Rope | None:
@@ -97,12 +100,18 @@ def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtyp
     if blk is not None and "qnorm" in blk.norms:
         norm_q, norm_k = blk.norms["qnorm"], blk.norms["knorm"]
     per_head = c.attention.qk_norm == "head"
+    after = None  # Llama 4: the L2 norm of Q and K on RoPE layers, the query temperature on NoPE layers
+    if c.attention.l2_qk_norm and rotate is not None:
+        after = partial(l2_norm_qk, eps=c.norm_eps)
+    elif c.attention.temperature and m and rope_of(c, layer) is None:
+        after = tempered_queries(m, start, *c.attention.temperature, dtype)
     return Hooks(
         scale=c.attention.scale,
         qk_norm=(lambda Q, K: (norm_q(Q), norm_k(K))) if per_head and norm_q else None,
         qk_norm_flat=(lambda q, k: (norm_q(q), norm_k(k))) if not per_head and norm_q else None,
         rotate=rotate,
         softcap=c.attention.softcap,
+        after_rope=after,
     )
 
 

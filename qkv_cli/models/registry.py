@@ -39,6 +39,7 @@ FAMILIES = {
     "olmo2": "qkv_cli.models.olmo2",
     "smollm3": "qkv_cli.models.smollm3",
     "phi3": "qkv_cli.models.phi3",
+    "llama4_text": "qkv_cli.models.llama4",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "bart": "qkv_cli.models.bart",

@@ -31,6 +31,7 @@ class MaskGrid:
     layer: int | None = None
     layer_type: str = ""
     chat: object = None  # pipeline.chat.Prompt with --chat
+    chunk: int | None = None  # n_ch of a chunked layer (Llama 4), or of --chunk
     allowed: np.ndarray = field(init=False)
 
     def __post_init__(self):
@@ -94,7 +95,7 @@ def for_model(model, text: str, layers=(), chat=None) -> list[MaskGrid]:
     for layer in chosen:
         spec = fam.layer_mask(c, layer)
         grid = MaskGrid(labels, labels, masks.rule_grids(spec, m, m), spec.window, info, layer,
-                        fam.layer_type(c, layer), said if chat is not None else None)  # fmt: skip
+                        fam.layer_type(c, layer), said if chat is not None else None, spec.chunk)  # fmt: skip
         out.append(grid)
     return out
 
@@ -104,7 +105,7 @@ def _one_per_kind(c, fam) -> list[int]:
     seen, chosen = set(), []
     for layer in range(c.n_layers):
         spec = fam.layer_mask(c, layer)
-        key = (spec.is_causal, spec.window)
+        key = spec.key
         if key not in seen:
             seen.add(key)
             chosen.append(layer)
