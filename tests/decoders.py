@@ -98,6 +98,13 @@ def attentions(torch, model, ids) -> list:
     return [a[0].numpy() for a in out.attentions]
 
 
+def last_hidden(torch, model, ids):
+    """transformers' hidden state after the final norm (m, d); Llama4ForCausalLM's base_model is itself."""
+    base = model.base_model if model.base_model is not model else model.model
+    with torch.no_grad():
+        return base(torch.tensor([ids])).last_hidden_state[0].numpy()
+
+
 class float64_everywhere:  # noqa: N801  (a context manager, used like a function)
     """transformers computes RoPE frequencies (and LongRoPE's factors), RMSNorm and the eager softmax in float32 even
     in a float64 model; inside this context every float32 request becomes float64, so a model built here is float64
