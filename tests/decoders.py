@@ -48,7 +48,7 @@ CASES = {
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
     # 4 layers: 0-2 RoPE and chunked (n_ch 5), 3 NoPE with its query temperature (floor_scale 2: it grows along the
     # text); every layer dense (moe_layers [], intermediate_size_mlp the dense width)
-    "llama4_text": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 5, "floor_scale": 2,
+    "llama4_text": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 5, "floor_scale": 2, "head_dim": 8,
                                     "attn_scale": 0.5, "moe_layers": [], "intermediate_size_mlp": 40,
                                     "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
     "llama4_text-list": ("llama4_text", {"no_rope_layers": [1, 0, 1], "attention_chunk_size": 4, "floor_scale": 3,

@@ -17,6 +17,8 @@ def settings_line(result: Result) -> str:
     if result.model is not None:  # a layer of a real checkpoint
         info = result.model
         mask = ("causal" if info.causal else "bidirectional") + (f" window n_c={info.window}" if info.window else "")
+        chunk = getattr(result.rules, "chunk", None)  # Llama 4's chunked layers
+        mask += f" chunk n_ch={chunk}" if chunk else ""
         if result.is_cross:  # an encoder-decoder's cross-attention: nothing masked, n source tokens
             mask = f"cross-attention n={len(result.key_labels)} (Q from the decoder's X, K and V from the encoder's Y)"
 

@@ -98,6 +98,9 @@ def emit_model(sh, fmt: str) -> None:
         dims["kv_heads"] = c.n_kv_heads
     if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
         dims["nope_layers"] = list(c.rope.no_rope)
+    if c.attention is not None and c.attention.chunk_size:  # Llama 4: the chunked layers and their n_ch
+        dims["chunked_layers"] = [l for l, t in enumerate(c.attention.layer_types) if t == "chunked_attention"]
+        dims["chunk_size"] = c.attention.chunk_size
     r = c.rope.ropes[""] if c.rope is not None else None
     if r is not None and r.rot < c.d_k:  # partial rotary (GPT-NeoX, Phi-4-mini): the first rot dimensions turn
         dims["rotary_dims"] = r.rot

@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import causal_allowed, window_allowed
+from helpers import causal_allowed, chunk_allowed, window_allowed
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
@@ -28,6 +28,25 @@ def test_rule_grids_match_masks_built_by_hand():
     np.testing.assert_array_equal(allowed_grid(g, 6, 6), window_allowed(6, 3))
     assert not (g["causal"] & g["window"]).any()  # a window cell is removed by one rule only
     assert g["window"][5, 2] and g["causal"][2, 3] and not g["window"][5, 3]
+
+
+def test_chunk_rule_keeps_the_query_s_own_chunk_and_names_why():
+    """Chunked attention (Llama 4): the keys of earlier chunks are removed by the chunk rule, the future by the
+    causal one (each cell by one rule only); a KV cache's new queries use absolute positions."""
+    g = rule_grids(MaskSpec(chunk=3), 8)
+    np.testing.assert_array_equal(allowed_grid(g, 8, 8), chunk_allowed(8, 3))
+    assert set(g) == {"causal", "chunk"} and not (g["causal"] & g["chunk"]).any()
+    assert removed_by(g, 8, 8)[5][2] == ["chunk"] and removed_by(g, 8, 8)[2][5] == ["causal"]
+    assert removed_by(g, 8, 8)[5][3] == [] and g["chunk"].sum() == 3 * 3 + 2 * 6  # rows 3-5 lose 0-2; 6-7 lose 0-5
+    step = rule_grids(MaskSpec(chunk=3), 2, 8, offset=6)  # queries 6, 7 after six cached tokens
+    np.testing.assert_array_equal(allowed_grid(step, 2, 8), chunk_allowed(8, 3)[6:])
+    assert MaskSpec(chunk=3).is_causal and MaskSpec(chunk=3).key != MaskSpec(causal=True).key
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True])
+def test_chunk_size_must_be_a_whole_number_of_at_least_1(bad):
+    with pytest.raises(QkvError, match="chunk size"):
+        MaskSpec(chunk=bad)
 
 
 def test_padding_and_custom_and_several_rules_per_cell():
