@@ -80,6 +80,7 @@ class Result:
     rope_freq: np.ndarray | None = None  # (rot/2,) theta_k at this text's length: pair k turns by p * theta_k
     rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
     qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
+    after_rope: dict | None = None  # Llama 4: {"l2_eps"} (Q, K L2-normed after RoPE) or {"temperature": (m,)}
     model: ModelInfo | None = None
     chat: object = None  # pipeline.chat.Prompt: what --chat's template put around the text (None without)
     # MODEL: the whole forward pass

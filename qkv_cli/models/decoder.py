@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
-from qkv_cli.models import rope
-from qkv_cli.models.attention import AttentionWeights, Hooks, l2_norm_qk, self_attention, tempered_queries
+from qkv_cli.models import attention, rope
+from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
@@ -102,9 +102,9 @@ def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtyp
     per_head = c.attention.qk_norm == "head"
     after = None  # Llama 4: the L2 norm of Q and K on RoPE layers, the query temperature on NoPE layers
     if c.attention.l2_qk_norm and rotate is not None:
-        after = partial(l2_norm_qk, eps=c.norm_eps)
+        after = partial(attention.l2_norm_qk, eps=c.norm_eps)
     elif c.attention.temperature and m and rope_of(c, layer) is None:
-        after = tempered_queries(m, start, *c.attention.temperature, dtype)
+        after = attention.tempered_queries(m, start, *c.attention.temperature, dtype)
     return Hooks(
         scale=c.attention.scale,
         qk_norm=(lambda Q, K: (norm_q(Q), norm_k(K))) if per_head and norm_q else None,
@@ -120,6 +120,10 @@ def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
     r = rope_of(c, layer)
     freq, scaling = rope.inv_freq(r, m, dtype) if r is not None else (None, None)
     out = {"rope_freq": freq, "rope_scaling": scaling}
+    if c.attention.l2_qk_norm and r is not None:  # Llama 4's steps after RoPE (hooks)
+        out["after_rope"] = {"l2_eps": c.norm_eps}
+    elif c.attention.temperature and r is None:
+        out["after_rope"] = {"temperature": attention.query_temperature(m, 0, *c.attention.temperature, dtype)}
     n = p.blocks[layer].norms
     if "qnorm" in n:
         out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,

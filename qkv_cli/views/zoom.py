@@ -47,6 +47,7 @@ def rope_zoom(tr, i: int, result) -> dict:
     theta = np.asarray(result.rope_freq, dtype=np.float64)
     half = len(theta)
     j, g = tr.head, tr.kv_head
+    Q, K = p.get("Q_rotated", p["Q"]), p.get("K_rotated", p["K"])  # Llama 4 normalizes after RoPE
     return {"position": i, "pairs": [[k, k + half] for k in range(half)], "theta": theta, "angle": i * theta,
-            "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": p["Q"][j, i],
-            "k_before": p["K_pre_rope"][g, i], "k_after": p["K"][g, i]}  # fmt: skip
+            "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": Q[j, i],
+            "k_before": p["K_pre_rope"][g, i], "k_after": K[g, i]}  # fmt: skip

@@ -144,3 +144,26 @@ def test_float32_attention_of_a_longer_text_crossing_four_chunks(llama4, torch):
     ids = ids_for(30, 5)
     for layer, want in enumerate(attentions(torch, model, ids)):
         np.testing.assert_allclose(ours.forward(ids).attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{layer}")
+
+
+@pytest.mark.parametrize("layer,steps", [(1, ["Q_rotated", "K_rotated", "Q", "K"]), (3, ["Q_projected", "K", "Q"])])
+def test_explain_redoes_the_l2_norm_and_the_temperature(layer, steps, llama4):
+    """explain recomputes a RoPE layer's L2 norm after the rotation and the NoPE layer's query temperature with the
+    plain formulas: the same Q, K and weights as run."""
+    folder, _ = llama4
+    head, common = 1, [TEXT, "--model", str(folder), "--layer", str(layer), "--format", "json"]
+    run = json.loads(CliRunner().invoke(app, ["run", *common, "--show", "q,k,weights", "--head", str(head)]).stdout)
+    r = CliRunner().invoke(app, ["explain", *common, "--head", str(head), "--query", "7"])
+    assert r.exit_code == 0, r.output
+    doc, got = json.loads(r.stdout), run["layers"][str(layer)]
+    names = list(doc["steps"])
+    assert names[names.index(steps[0]) : names.index(steps[0]) + len(steps)] == steps
+    np.testing.assert_allclose(doc["steps"]["Q"]["matrix"], got["Q"][0], atol=1e-9)
+    np.testing.assert_allclose(doc["steps"]["K"]["matrix"], got["K"][doc["kv_head"]], atol=1e-9)
+    np.testing.assert_allclose(doc["steps"]["weights"]["matrix"], got["weights"][0], atol=1e-9)
+    if layer == 1:  # the RoPE table shows the rotation before the norm: a rotation keeps each pair's length
+        rope = doc["query"]["rope"]
+        before, after = np.array(rope["q_before"]), np.array(rope["q_after"])
+        half = len(rope["theta"])
+        pairs = lambda x: np.hypot(x[:half], x[half:])  # noqa: E731
+        np.testing.assert_allclose(pairs(before), pairs(after), rtol=1e-9)
