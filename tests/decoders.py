@@ -46,6 +46,13 @@ CASES = {
                                "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
                                                    "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
+    "mixtral": ("mixtral", {"num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 5,
+                            "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "qwen3_moe": ("qwen3_moe", {"head_dim": 12, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                "norm_topk_prob": True, "mlp_only_layers": [1]}),
+    "qwen3_moe-step": ("qwen3_moe", {"num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
+                                     "moe_intermediate_size": 24, "decoder_sparse_step": 2}),
+    "olmoe": ("olmoe", {"num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}),
     # 4 layers: 0-2 RoPE and chunked (n_ch 5), 3 NoPE with its query temperature (floor_scale 2: it grows along the
     # text); every layer dense (moe_layers [], intermediate_size_mlp the dense width)
     "llama4_text": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 5, "floor_scale": 2, "head_dim": 8,
@@ -55,6 +62,14 @@ CASES = {
                                          "use_qk_norm": False, "interleave_moe_layer_step": 5, "head_dim": 16,
                                          "intermediate_size_mlp": 24, "tie_word_embeddings": True}),
 }  # fmt: skip
+MOE = ("mixtral", "qwen3_moe", "qwen3_moe-step", "olmoe")  # mixtures of experts: 4 experts, top-k 2
+
+
+def eager(model_type: str) -> dict:
+    """transformers' eager implementations: the attention, and a MoE model's experts (one loop over the experts, as
+    the modeling files write them; the default grouped matrix product refuses float64)."""
+    moe = model_type in {CASES[name][0] for name in MOE}
+    return {"attn_implementation": "eager", **({"experts_implementation": "eager"} if moe else {})}
 
 
 def config(transformers, name: str, vocab: int):
@@ -62,7 +77,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type in ("smollm3", "phi3", "llama4_text"):  # their default token ids are outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3", "olmoe", "llama4_text"):  # default token ids outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
@@ -75,9 +90,7 @@ def build(transformers, torch, name: str, folder, seed: int = 0):
 
     vocab = Tokenizer.from_file(str(BPE_PATH)).get_vocab_size()
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(
-        config(transformers, name, vocab), attn_implementation="eager"
-    )
+    model = transformers.AutoModelForCausalLM.from_config(config(transformers, name, vocab), **eager(CASES[name][0]))
     with torch.no_grad():
         for pname, p in model.named_parameters():
             if "norm" in pname:
@@ -153,6 +166,7 @@ class float64_everywhere:  # noqa: N801  (a context manager, used like a functio
 
 def float64_twin(transformers, torch, model):
     """The same weights in a model built float64 throughout (see float64_everywhere); use it inside that context."""
-    twin = transformers.AutoModelForCausalLM.from_config(model.config, attn_implementation="eager", dtype=torch.float64)
+    twin = transformers.AutoModelForCausalLM.from_config(model.config, **eager(model.config.model_type),
+                                                         dtype=torch.float64)  # fmt: skip
     twin.load_state_dict(model.state_dict())
     return twin.eval()

@@ -93,6 +93,9 @@ class Result:
     last_hidden_state: np.ndarray | None = None  # (m, d), after the final norm where the family has one
     layer_types: tuple[str, ...] = ()
     layer_rules: tuple = ()  # core.masks.MaskSpec of each layer (causal; a window on sliding layers)
+    # a mixture of experts: each layer's chosen experts, best first (-1 and 0 on a dense layer)
+    router_top: np.ndarray | None = None  # (L, m, k) expert indices
+    router_weights: np.ndarray | None = None  # (L, m, k) their gate weights g
     predictions: dict | None = (
         None  # --predict: "ids", "probs" (m, k); --logit-lens: "lens_ids", "lens_probs" (L, m, k)
     )

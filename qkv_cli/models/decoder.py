@@ -7,7 +7,8 @@ SmolLM3, Phi-3.
             (OLMo 2):           h = x + N_post(Att(x));  x' = h + N_post2(MLP(h))
             (GPT-NeoX):         x' = MLP(N_2(x)) + Att(N_1(x)) + x          (parallel residual)
     Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
-    MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
+    MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX),
+         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE), its routing kept in the layer's parts
     last: N_f(x_L)
 
 What differs between families is a named, typed option of ModelConfig (models.options: attention, rope, mlp,
@@ -30,6 +31,7 @@ from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
+from qkv_cli.models.moe import Experts, MoeLayer
 
 if TYPE_CHECKING:
     from qkv_cli.models.stream import RowMatrix
@@ -58,9 +60,10 @@ class Norm:
 class Block:
     attn: AttentionWeights
     norms: dict  # "attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm" -> Norm (absent: not used)
-    up: Linear  # d -> d_ff
+    up: Linear | None  # d -> d_ff (None: a MoE layer)
     gate: Linear | None  # d -> d_ff (gated MLP), or None
-    down: Linear  # d_ff -> d
+    down: Linear | None  # d_ff -> d
+    moe: MoeLayer | None = None  # a mixture of experts instead of up, gate and down
 
 
 @dataclass
@@ -196,10 +199,15 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
     if p + "gate_up.w" in names:  # Phi-3: [W_gate | W_up] stacked by rows (d_ff each): views, no copy
         W, dff = get(p + "gate_up.w"), c.d_ff
         gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)
-    else:
+    elif p + "up.w" in names:
         up, gate = linear(p + "up"), linear(p + "gate") if p + "gate.w" in names else None
     roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
     norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
+    if p + "router.w" in names:  # E experts, stacked: [E, d_e, d], [E, d_e, d], [E, d, d_e]
+        E = c.mlp.moe.experts
+        stacked = [np.stack([get(f"{p}experts.{e}.{x}.w") for e in range(E)]) for x in ("gate", "up", "down")]
+        experts = MoeLayer(linear(p + "router"), Experts(*stacked, ACTIVATIONS[c.activation]))
+        return Block(AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk), norms, None, None, None, experts)
     return Block(
         AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
         norms,
@@ -234,7 +242,10 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, st
         return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
     h = x + a
     f_in = n["mlp_in"](h) if "mlp_in" in n else h
-    if b.gate is not None:  # act(W_gate x) * W_up x, computed in the fresh gate product (one temporary, not three)
+    if b.moe is not None:  # sum_j g_ij FFN_top_ij(x_i): the routing goes out with the attention's parts
+        f, routing = b.moe(f_in, c.mlp.moe)
+        parts = parts._replace(routing=routing)
+    elif b.gate is not None:  # act(W_gate x) * W_up x, computed in the fresh gate product (one temporary, not three)
         g = b.gate(f_in)
         g = IN_PLACE[c.activation](g) if c.activation in IN_PLACE else act(g)
         g *= b.up(f_in)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models import moe_config
 from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
 from qkv_cli.models.options import CHUNKED, FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.rope import Rope
@@ -51,6 +52,7 @@ class Spec:
     nope: bool = False  # SmolLM3: `no_rope_layers` / `no_rope_layer_interval` name layers without RoPE
     rope_kinds: tuple | None = None  # the RoPE types the family accepts (None: every kind of rope.KINDS)
     rope_aliases: tuple = ()  # (old name, kind) pairs: Phi-3's "su" and "yarn" are LongRoPE
+    moe: moe_config.MoeKeys | None = None  # a mixture-of-experts MLP and how its keys are named (Mixtral ...)
 
     def __post_init__(self):
         if self.sliding not in SLIDING_RULES:
@@ -108,6 +110,7 @@ def _read(keys, spec: Spec) -> dict:
         context = int(context * found[""].factor)
     mlp_bias = keys.bool(*spec.mlp_bias) if isinstance(spec.mlp_bias, tuple) else spec.mlp_bias
     parallel = keys.bool("use_parallel_residual", True) if spec.parallel_residual else False
+    moe = moe_config.read(keys, n_layers, spec.moe) if spec.moe else None  # before any tensor is read
     return {
         "n_layers": n_layers,
         "n_heads": tau,
@@ -121,7 +124,7 @@ def _read(keys, spec: Spec) -> dict:
         "head_dim": head_dim,
         "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap, chunk),
         "rope": Positions(found, nope),
-        "mlp": Mlp(spec.names != "neox", mlp_bias, parallel),
+        "mlp": Mlp(spec.names != "neox", mlp_bias, parallel, moe),
         "norms": Norms(spec.norm, spec.layout),
         "embeddings": Embeddings(
             spec.names,

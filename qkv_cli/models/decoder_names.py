@@ -8,6 +8,7 @@ it, Gemma and OLMo 2), "l.mlp_in", "l.mlp_out", "l.qnorm"/"l.knorm" (QK-norm), "
 
 from __future__ import annotations
 
+from qkv_cli.models import moe_config
 from qkv_cli.models.config import ModelConfig
 
 # where each layout puts its norms: role -> Hugging Face module name
@@ -56,6 +57,9 @@ def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
             )  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
             out[p + "self_attn.q_norm.weight"] = ((dk if head else tau * dk,), r + "qnorm.w")
             out[p + "self_attn.k_norm.weight"] = ((dk if head else G * dk,), r + "knorm.w")
+        if moe_config.is_moe(c, l):  # a router and E experts instead of one MLP
+            out.update({p + name: spec for name, spec in moe_config.tensor_names(c, l).items()})
+            continue
         mlp = (("dense_h_to_4h", "up", (dff, d)), ("dense_4h_to_h", "down", (d, dff))) if neox else (
             ("gate_up_proj", "gate_up", (2 * dff, d)), ("down_proj", "down", (d, dff))) if phi3 else (
             ("gate_proj", "gate", (dff, d)), ("up_proj", "up", (dff, d)), ("down_proj", "down", (d, dff)))  # fmt: skip

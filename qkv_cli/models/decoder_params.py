@@ -28,13 +28,17 @@ def parameter_table(c: ModelConfig) -> list[Param]:
         out.append(Param(f"{role}_norm", "gamma", (d,), L, NORM_MEANING[role] + ", scale"))
         if bias:
             out.append(Param(f"{role}_norm_b", "beta", (d,), L, NORM_MEANING[role] + ", shift"))
-    gated = c.mlp.gated
-    if gated:
-        out.append(Param("W_gate", "W_gate", (d, dff), L, "MLP gate (act(x W_gate) * x W_up)"))
+    gated, moe = c.mlp.gated, c.mlp.moe
+    L_moe = 0 if moe is None else L - len(moe.dense_layers)  # layers with experts; the others a dense MLP
+    if moe is not None:
+        out += moe_params(c, L_moe)
+    dense = L - L_moe
+    if gated and dense:
+        out.append(Param("W_gate", "W_gate", (d, dff), dense, "MLP gate (act(x W_gate) * x W_up)"))
     out += [
-        Param("W_up", "W_up" if gated else "W_1", (d, dff), L, "MLP expansion"),
-        Param("W_down", "W_down" if gated else "W_2", (dff, d), L, "MLP projection back to d"),
-    ]
+        Param("W_up", "W_up" if gated else "W_1", (d, dff), dense, "MLP expansion"),
+        Param("W_down", "W_down" if gated else "W_2", (dff, d), dense, "MLP projection back to d"),
+    ] if dense else []  # fmt: skip
     if c.mlp.bias:
         out += [
             Param("b_up", "b_1", (dff,), L, "MLP expansion bias"),
@@ -48,3 +52,15 @@ def parameter_table(c: ModelConfig) -> list[Param]:
     if not c.embeddings.tied:
         out.append(Param("lm_head", "W_out", (d, c.vocab_size), 1, "output head (untied from E)"))
     return out
+
+
+def moe_params(c: ModelConfig, L: int) -> list[Param]:
+    """A mixture of experts' router and its E experts in each of its L layers."""
+    o, d = c.mlp.moe, c.d
+    E, de = o.experts, o.d_expert
+    return [
+        Param("W_router", "W_r", (d, E), L, f"router: one logit per expert (top {o.top_k} of {E} chosen per token)"),
+        Param("W_gate_experts", "W_gate[e]", (d, de), L * E, "expert MLP gate, per expert"),
+        Param("W_up_experts", "W_up[e]", (d, de), L * E, "expert MLP expansion, per expert"),
+        Param("W_down_experts", "W_down[e]", (de, d), L * E, "expert MLP projection back to d, per expert"),
+    ]

@@ -18,6 +18,7 @@ from qkv_cli.core.numerics import scaled_scores
 from qkv_cli.core.result import Kind, ModelInfo, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import ModelConfig, Param
+from qkv_cli.models.moe import stacked
 from qkv_cli.models.registry import family_for
 from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
 
@@ -195,7 +196,7 @@ class Model:
         attentions = np.zeros((len(kept), tau_kept, r1 - r0, m), dtype=dt)  # each kept layer's kernel writes its slot
         slot = {l: i for i, l in enumerate(kept)}
         hidden[0] = x
-        details = {}
+        details, routing = {}, {}  # routing: a MoE layer's chosen experts (models.moe.Routing)
         for l, mask in enumerate(layer_masks(fam, c, m, m, dt)):
             if l in slot:
                 into, at = (attentions[slot[l]] if chosen is None else None), span
@@ -208,6 +209,8 @@ class Model:
                 attentions[slot[l]] = parts.weights[chosen]
             check_finite(x, l, self.name)
             hidden[l + 1] = x
+            if getattr(parts, "routing", None) is not None:
+                routing[l] = parts.routing
             if l in detail:
                 details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
         hidden[-1] = fam.final(p, c, x)
@@ -218,7 +221,7 @@ class Model:
             layer_rules=tuple(fam.layer_mask(c, l) for l in range(c.n_layers)),
             attention_layers=None if keep is None else tuple(kept),
             attention_heads=None if chosen is None else tuple(chosen),
-            rows=None if span is None else np.arange(r0, r1),
+            rows=None if span is None else np.arange(r0, r1), **stacked(routing, c.n_layers),
         )  # fmt: skip
 
     def _layer_result(self, l: int, parts, mask, spec, tokens, kernel, span=None) -> Result:

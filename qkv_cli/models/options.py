@@ -3,7 +3,7 @@
     Attention   scale, biases of W^q, W^k, W^v and W^o, QK-norm, layer types and window or chunk, soft-capping,
                 the NoPE layers' query temperature
     Positions   the RoPE of each layer type, and the layers without RoPE (NoPE)
-    Mlp         gated or not, biases, parallel residual
+    Mlp         gated or not, biases, parallel residual, a mixture of experts (models.moe.Moe)
     Norms       RMSNorm (offset 1 for Gemma) or LayerNorm, and where the norms sit (the layout)
     Embeddings  tensor naming, the embedding scale, a tied output head, the final soft-cap
 
@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models.moe import Moe
 from qkv_cli.models.rope import Rope
 
 SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attention"
@@ -97,11 +98,14 @@ class Mlp:
     gated: bool = True  # W_down (act(W_gate x) * W_up x); else W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX)
     bias: bool = False
     parallel_residual: bool = False  # GPT-NeoX: x' = MLP(N_2(x)) + Att(N_1(x)) + x
+    moe: Moe | None = None  # a mixture of experts (Mixtral ...): its router and experts; None: dense
 
     def __post_init__(self):
         for name in ("gated", "bias", "parallel_residual"):
             if not isinstance(getattr(self, name), bool):
                 raise QkvError(f"the MLP's {name} must be true or false, got {getattr(self, name)!r}")
+        if self.moe is not None and not isinstance(self.moe, Moe):
+            raise QkvError(f"the MLP's experts must be a Moe, got {self.moe!r}")
 
 
 @dataclass(frozen=True)

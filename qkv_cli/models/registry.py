@@ -39,6 +39,9 @@ FAMILIES = {
     "olmo2": "qkv_cli.models.olmo2",
     "smollm3": "qkv_cli.models.smollm3",
     "phi3": "qkv_cli.models.phi3",
+    "mixtral": "qkv_cli.models.mixtral",  # mixtures of experts (models.moe)
+    "qwen3_moe": "qkv_cli.models.qwen3_moe",
+    "olmoe": "qkv_cli.models.olmoe",
     "llama4_text": "qkv_cli.models.llama4",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
