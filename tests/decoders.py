@@ -61,6 +61,11 @@ CASES = {
     "llama4_text-list": ("llama4_text", {"no_rope_layers": [1, 0, 1], "attention_chunk_size": 4, "floor_scale": 3,
                                          "use_qk_norm": False, "interleave_moe_layer_step": 5, "head_dim": 16,
                                          "intermediate_size_mlp": 24, "tie_word_embeddings": True}),
+    # MoE layers 1 and 3 (interleave step 2): 4 experts, top-k 2, a shared expert; 0 and 2 dense
+    "llama4_text-moe": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 6, "floor_scale": 2,
+                                        "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                        "interleave_moe_layer_step": 2, "intermediate_size_mlp": 40,
+                                        "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
 }  # fmt: skip
 MOE = ("mixtral", "qwen3_moe", "qwen3_moe-step", "olmoe")  # mixtures of experts: 4 experts, top-k 2
 

@@ -139,15 +139,17 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {name: shape for name, (shape, _) in tensor_names(c).items()}
 
 
-def prepare(w, c: ModelConfig, dtype) -> Params:
+def prepare(w, c: ModelConfig, dtype, tensors=None, build=None) -> Params:
     """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (models.stream:
-    read, cast, kept while the budget allows), the embedding and the head read by rows."""
+    read, cast, kept while the budget allows), the embedding and the head read by rows. tensors, build: a family's
+    own tensor names (name -> (shape, role)) and block builder (Llama 4's experts)."""
     from qkv_cli.models.stream import Layers, RowMatrix
 
-    names = {role: name for name, (_, role) in tensor_names(c).items()}
+    names = {role: name for name, (_, role) in (tensors or tensor_names(c)).items()}
     itemsize = np.dtype(dtype).itemsize
     per_layer = [[n for role, n in names.items() if role.startswith(f"{l}.")] for l in range(c.n_layers)]
-    blocks = Layers(partial(prepare_block, w, c, names), c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
+    build = partial(build or prepare_block, w, c, names)
+    blocks = Layers(build, c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
     E = RowMatrix(w, names["embed"], (c.vocab_size, c.d), dtype)
     if "__head__" in w:
         head = RowMatrix(w, "__head__", (c.vocab_size, c.d), dtype)
@@ -196,6 +198,7 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
             None if bias[0] is None else np.concatenate(bias),
             out_in=True,
         )
+    up = gate = None  # a MoE layer has neither
     if p + "gate_up.w" in names:  # Phi-3: [W_gate | W_up] stacked by rows (d_ff each): views, no copy
         W, dff = get(p + "gate_up.w"), c.d_ff
         gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)

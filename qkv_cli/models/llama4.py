@@ -4,7 +4,11 @@
         chunked (`attention_chunk_size` n_ch): query i sees keys t with t // n_ch = i // n_ch and t <= i
     NoPE layers (0; every 4th by default): no rotation, causal over every earlier key, and the query at position p
         times log(floor((p + 1) / floor_scale) + 1) attn_scale + 1 (`attn_temperature_tuning`)
-    MLP: the dense layers' SwiGLU is `intermediate_size_mlp` wide, under `feed_forward` in the checkpoint
+    MLP: the dense layers' SwiGLU is `intermediate_size_mlp` wide, under `feed_forward` in the checkpoint; the
+        `moe_layers` (every `interleave_moe_layer_step`-th) a mixture of experts (models.moe, router topk_sigmoid):
+        z = x W_r^T, the k largest (num_experts_per_tok), g = sigmoid of those, and
+        MoE(x) = sum_j FFN_top_j(g_j x) + FFN_shared(x)     every expert and the shared one `intermediate_size` wide
+        (the experts stored stacked: gate_up_proj [E, d, 2 d_e], down_proj [E, d_e, d])
 
 Llama 4 turns pairs of adjacent dimensions, (x_2k, x_2k+1) as one complex number, where qkv's RoPE turns halves
 (x_k, x_k+d_k/2). The rows of W^q and W^k are reordered per head at load, pairs to halves, as for llama.cpp's files:
@@ -14,10 +18,16 @@ Q and K hold transformers' numbers in another column order, and every score and 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models import decoder, decoder_config
+from qkv_cli.models.config import Param
+from qkv_cli.models.decoder_names import tensor_names as dense_names
+from qkv_cli.models.decoder_params import parameter_table as dense_parameters
 from qkv_cli.models.gguf_map import unpermute
+from qkv_cli.models.layers import ACTIVATIONS, Linear
+from qkv_cli.models.moe import Experts, Moe, MoeLayer
 
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "llama4_text"
@@ -43,8 +53,14 @@ def _llama4(keys, fields: dict) -> dict:
     )
     moe = moe_layers(keys, n_layers)
     if moe:
-        raise QkvError(f"mixture-of-experts layers ({', '.join(map(str, moe))}) are not supported yet: qkv runs "
-                       "Llama 4 files whose every layer is dense (moe_layers [])")  # fmt: skip
+        experts, k = keys.int("num_local_experts", 16), keys.int("num_experts_per_tok", 1)
+        if experts < 1 or not 1 <= k <= experts:
+            raise QkvError(f"'num_experts_per_tok' ({k}) must be 1 to 'num_local_experts' ({experts}): a token "
+                           "chooses among the experts")  # fmt: skip
+        width = keys.int("intermediate_size", 8192)  # each expert's, and the shared expert's
+        dense = tuple(l for l in range(n_layers) if l not in moe)
+        o = Moe(experts, k, "topk_sigmoid", d_expert=width, d_shared=width, dense_layers=dense, names="llama4")
+        fields["mlp"] = replace(fields["mlp"], moe=o)
     fields["d_ff"] = keys.int("intermediate_size_mlp", 16384)  # the dense layers' width
     return fields
 
@@ -85,6 +101,73 @@ class PairsToHalves:
         return getattr(self.w, name)
 
 
+def dense(c):  # the config with its MoE layers as dense ones: what the shared decoder names and counts
+    return replace(c, mlp=replace(c.mlp, moe=None))
+
+
+def is_moe(c, layer: int) -> bool:
+    return c.mlp.moe is not None and layer not in c.mlp.moe.dense_layers
+
+
+def tensor_names(c) -> dict:
+    """The shared decoder's tensor names (name -> (shape, role)), a MoE layer's feed_forward replaced by the router
+    (role l.moe.router.w), the stacked experts (l.moe.gate_up, l.moe.down) and the shared expert (l.moe.shared.*)."""
+    out = dense_names(dense(c))
+    if c.mlp.moe is None:
+        return out
+    E, de, d = c.mlp.moe.experts, c.mlp.moe.d_expert, c.d
+    for l in range(c.n_layers):
+        if not is_moe(c, l):
+            continue
+        p, r = f"layers.{l}.feed_forward.", f"{l}.moe."
+        for x in ("gate", "up", "down"):
+            out.pop(f"{p}{x}_proj.weight")
+        out |= {p + "router.weight": ((E, d), r + "router.w"),
+                p + "experts.gate_up_proj": ((E, d, 2 * de), r + "gate_up"),
+                p + "experts.down_proj": ((E, de, d), r + "down"),
+                p + "shared_expert.gate_proj.weight": ((de, d), r + "shared.gate"),
+                p + "shared_expert.up_proj.weight": ((de, d), r + "shared.up"),
+                p + "shared_expert.down_proj.weight": ((d, de), r + "shared.down")}  # fmt: skip
+    return out
+
+
+def tensor_shapes(c) -> dict:
+    return {name: shape for name, (shape, _) in tensor_names(c).items()}
+
+
+def fixed_keys(c) -> list[str]:
+    return decoder.fixed_keys(dense(c))
+
+
 def prepare(w, c, dtype):
-    """The shared decoder's prepare, over the tensors with W^q and W^k in halves (see PairsToHalves)."""
-    return decoder.prepare(PairsToHalves(w, c), c, dtype)
+    """The shared decoder's prepare, over the tensors with W^q and W^k in halves (see PairsToHalves), each MoE layer
+    built by prepare_block."""
+    return decoder.prepare(PairsToHalves(w, c), c, dtype, tensor_names(c), prepare_block)
+
+
+def prepare_block(w, c, names: dict, l: int):
+    """Layer l as the shared decoder builds it; a MoE layer's router, experts (views of the stacked tensors, in
+    models.moe.Experts' [E, out, in] order) and shared expert added."""
+    r = f"{l}.moe."
+    blk = decoder.prepare_block(w, c, {k: v for k, v in names.items() if not k.startswith(r)}, l)
+    if r + "router.w" not in names:
+        return blk
+    act, de = ACTIVATIONS[c.activation], c.mlp.moe.d_expert
+    gate_up, down = w(names[r + "gate_up"]), w(names[r + "down"])  # [E, d, 2 d_e], [E, d_e, d]
+    T = (0, 2, 1)
+    experts = Experts(gate_up[..., :de].transpose(T), gate_up[..., de:].transpose(T), down.transpose(T), act)
+    shared = Experts(*(w(names[r + "shared." + x])[None] for x in ("gate", "up", "down")), act)
+    router = Linear(w(names[r + "router.w"]), None, out_in=True)
+    return replace(blk, up=None, gate=None, down=None, moe=MoeLayer(router, experts, partial(shared, 0)))
+
+
+def parameter_table(c) -> list[Param]:
+    """The shared decoder's table (the router and the routed experts included) and each MoE layer's shared expert."""
+    out = dense_parameters(c)
+    o = c.mlp.moe
+    if o is None:
+        return out
+    L, d, de = c.n_layers - len(o.dense_layers), c.d, o.d_shared
+    return out + [Param("W_gate_shared", "W_gate^s", (d, de), L, "shared expert gate (every token)"),
+                  Param("W_up_shared", "W_up^s", (d, de), L, "shared expert expansion"),
+                  Param("W_down_shared", "W_down^s", (de, d), L, "shared expert projection back to d")]  # fmt: skip
