@@ -127,6 +127,9 @@ def test_mask_model_names_the_chunk_rule(llama4):
         ({"moe_layers": [4]}, "'moe_layers' must list distinct layers of 0..3, got [4]"),
         ({"moe_layers": None, "interleave_moe_layer_step": 0}, "'interleave_moe_layer_step' must be at least 1"),
         ({"floor_scale": 0}, "'floor_scale' must be a positive number"),
+        ({"moe_layers": [1], "num_local_experts": 4, "num_experts_per_tok": 5},
+         "'num_experts_per_tok' (5) must be 1 to 'num_local_experts' (4)"),
+        ({"moe_layers": [1], "num_local_experts": 0}, "'num_experts_per_tok' (1) must be 1 to 'num_local_experts' (0)"),
         ({"use_qk_norm": "yes"}, "'use_qk_norm'"),
     ],
 )  # fmt: skip
@@ -167,3 +170,30 @@ def test_explain_redoes_the_l2_norm_and_the_temperature(layer, steps, llama4):
         half = len(rope["theta"])
         pairs = lambda x: np.hypot(x[:half], x[half:])  # noqa: E731
         np.testing.assert_allclose(pairs(before), pairs(after), rtol=1e-9)
+
+
+def test_moe_layers_route_as_transformers_router_and_the_shared_expert_counts(tmp_path, torch, transformers):
+    """Layers 1 and 3 of the MoE case: the k largest router logits chosen, g = sigmoid of them (transformers'
+    Llama4Router, read through a forward hook); layers 0 and 2 dense; the parameter table counts every tensor."""
+    model = build(transformers, torch, "llama4_text-moe", tmp_path)
+    ours = load_model(tmp_path, dtype="float32")
+    seen = {}
+    for l, layer in enumerate(model.model.layers):
+        if hasattr(layer.feed_forward, "router"):
+            layer.feed_forward.router.register_forward_hook(lambda mod, a, out, l=l: seen.__setitem__(l, out[1]))
+    ids = ids_for(19, 6)
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    assert sorted(seen) == [1, 3]
+    run = ours.forward(ids)
+    for l in range(4):
+        if l not in seen:
+            assert (run.router_top[l] == -1).all()
+            continue
+        values, top = torch.topk(seen[l], 2, dim=1)
+        np.testing.assert_array_equal(run.router_top[l], top.numpy(), err_msg=f"layer {l}")
+        np.testing.assert_allclose(run.router_weights[l], torch.sigmoid(values).numpy(), atol=1e-6, rtol=0)
+        assert len({tuple(sorted(r)) for r in run.router_top[l].tolist()}) > 1  # the routing is not a formality
+    r = CliRunner().invoke(app, ["shapes", "--model", str(tmp_path), "--format", "json"])
+    doc = json.loads(r.stdout)
+    assert doc["total_parameters"] == doc["file_parameters"] == sum(p.numel() for p in model.parameters())
