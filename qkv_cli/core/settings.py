@@ -54,6 +54,7 @@ class Settings:
     kernel: str = "vectorized"
     causal: bool = False
     window: int | None = None
+    chunk: int | None = None  # n_ch: query i sees keys of its own chunk only (chunked attention, Llama 4)
     scale: str = "auto"
     positions: str = "sinusoidal"
     projection: str = "random"
@@ -77,7 +78,10 @@ class Settings:
 
         if self.window is not None:
             check_window(self.window)
+        if self.chunk is not None:
+            from qkv_cli.core.masks import check_chunk
 
+            check_chunk(self.chunk)
         check_kernel(self.kernel)
         resolve_scale(self.scale, self.d_k)
 
@@ -92,5 +96,5 @@ class Settings:
 
     @property
     def causal_mask(self) -> bool:
-        """A sliding window implies causal."""
-        return self.causal or self.window is not None
+        """A sliding window, or chunks, imply causal."""
+        return self.causal or self.window is not None or self.chunk is not None

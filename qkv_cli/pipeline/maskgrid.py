@@ -38,7 +38,8 @@ class MaskGrid:
         self.allowed = masks.allowed_grid(self.grids, len(self.labels), len(self.key_labels))
 
 
-def for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer) -> MaskGrid:
+def for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer,
+                chunk=None) -> MaskGrid:  # fmt: skip
     """The Mask the random-weights options make over TEXT (a sample without it)."""
     from qkv_cli.core.settings import Settings
     from qkv_cli.pipeline.dense import check_cross
@@ -50,8 +51,10 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
     has_context = context is not None or context_file is not None
     if window is not None:
         masks.check_window(window)
+    if chunk is not None:
+        masks.check_chunk(chunk)
     if has_context:
-        check_cross(Settings(d=1, tau=1, causal=causal, window=window), True)
+        check_cross(Settings(d=1, tau=1, causal=causal, window=window, chunk=chunk), True)
     custom = None if mask_file is None else load_mask_file(mask_file)
     ctx = get_context(context, context_file, text == "-" or file == "-")
     labels = list(tokenize(get_text(text, file, sample_text("short")), tokenizer).labels)
@@ -74,8 +77,8 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
     check_cells(m, n)
     if custom is not None:
         masks.check_shape(custom, m, n, f"--mask-file {mask_file!r}")
-    spec = masks.MaskSpec(causal=causal, window=window, padding=padding, custom=custom)
-    return MaskGrid(labels, key_labels, masks.rule_grids(spec, m, n), window)
+    spec = masks.MaskSpec(causal=causal, window=window, chunk=chunk, padding=padding, custom=custom)
+    return MaskGrid(labels, key_labels, masks.rule_grids(spec, m, n), window, chunk=chunk)
 
 
 def for_model(model, text: str, layers=(), chat=None) -> list[MaskGrid]:

@@ -33,7 +33,8 @@ def settings_line(result: Result) -> str:
             f"{mask} kernel={result.kernel} {result.dtype}"
         )
     s = result.settings
-    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask")
+    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal_mask else "no mask")
+    mask += f" chunk n_ch={s.chunk}" if s.chunk else ""
     return (
         f"m={len(result.labels)} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) {mask} "
         f"positions={s.positions} projection={s.projection} kernel={s.kernel} {s.dtype} seed={s.seed}"

@@ -49,6 +49,46 @@ def test_chunk_size_must_be_a_whole_number_of_at_least_1(bad):
         MaskSpec(chunk=bad)
 
 
+def test_mask_command_chunk_names_each_removed_cell():
+    r = invoke("mask", "a b c d e f g", "--chunk", "3")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split()[1:] for line in r.output.splitlines() if len(line.split()) == 8}
+    assert rows["a"] == ["✓", "C", "C", "C", "C", "C", "C"]
+    assert rows["e"] == ["K", "K", "K", "✓", "✓", "C", "C"] and rows["g"] == ["K"] * 6 + ["✓"]
+    assert "K = chunk (n_ch=3): key in an earlier chunk" in r.output and "13 of 49 cells may attend" in r.output
+    doc = json.loads(invoke("mask", "a b c d e f g", "--chunk", "3", "--format", "json").stdout)
+    assert doc["chunk"] == 3 and doc["removed_by"][4][1] == ["chunk"] and doc["removed_by"][1][4] == ["causal"]
+    np.testing.assert_array_equal(doc["allowed"], chunk_allowed(7, 3))
+
+
+@pytest.mark.parametrize("kernel", ["vectorized", "loop", "reference"])
+def test_run_with_chunks_weighs_only_the_query_s_chunk_in_every_kernel(kernel):
+    text = " ".join("abcdefghijk")
+    res = run(text, Settings(d=16, tau=2, chunk=4, kernel=kernel))
+    assert (res.weights[:, ~chunk_allowed(11, 4)] == 0).all()
+    np.testing.assert_allclose(res.weights.sum(axis=-1), 1.0)
+    np.testing.assert_allclose(res.weights, run(text, Settings(d=16, tau=2, chunk=4)).weights, atol=1e-12)
+    r = invoke("run", text, "--chunk", "4", "--d", "16", "--heads", "2", "--kernel", kernel, "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["settings"]["chunk"] == 4 and doc["settings"]["causal"] is True
+    np.testing.assert_allclose(doc["matrices"]["weights"], res.weights, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["mask", "a b", "--chunk", "0"], "'0' is not valid"),
+        (["run", "a b", "--chunk", "-1"], "'-1' is not valid"),
+        (["run", "a b", "--chunk", "2", "--context", "x y"], "--chunk 2 needs self-attention"),
+        (["mask", "a b", "--chunk", "2", "--context", "x y"], "--chunk 2 needs self-attention"),
+    ],
+)
+def test_bad_chunks_are_one_line_exit_2(args, fragment):
+    r = invoke(*args)
+    assert r.exit_code == 2 and fragment in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
 def test_padding_and_custom_and_several_rules_per_cell():
     custom = np.ones((4, 4), dtype=bool)
     custom[3, 1] = custom[0, 3] = False
@@ -216,6 +256,7 @@ def test_mask_model_shows_bert_special_tokens_and_removes_nothing(minilm):
     [
         (["--causal"], "--causal"),
         (["--window", "2"], "--window"),
+        (["--chunk", "2"], "--chunk"),
         (["--tokenizer", "bpe"], "--tokenizer"),
         (["--context", "x y"], "--context"),
         (["--mask-file", "m.txt"], "--mask-file"),
