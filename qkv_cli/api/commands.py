@@ -92,12 +92,13 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
         seed: int = 0, kernel: str = "vectorized", dtype: str | None = None, context: str | None = None,
         ablate: str | None = None, ablate_with: str | None = None, layer: int | Sequence[int] | None = None,
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
-        band: bool = False, file: str | None = None, rows: str | slice | None = None):  # fmt: skip
+        band: bool = False, file: str | None = None, rows: str | slice | None = None,
+        chunk: int | None = None):  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
-    n_c, ``kv_heads`` G, ``context`` for cross-attention, ``ablate`` q|k|v) -> a ``Layer`` with H, Wq, Q, K, V,
-    scores, mask, weights (tau, m, n), heads, Wo and output. With ``band=True`` and a ``window``, a long text
+    n_c, ``chunk`` n_ch (chunked attention), ``kv_heads`` G, ``context`` for cross-attention, ``ablate`` q|k|v)
+    -> a ``Layer`` with H, Wq, Q, K, V, scores, mask, weights (tau, m, n), heads, Wo and output. With ``band=True`` and a ``window``, a long text
     keeps only the band (a ``Band``).
 
     With ``model`` (a name, a path or ``qkv.load(...)``): the checkpoint's forward pass -> a ``ModelRun`` with
@@ -115,7 +116,7 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
-                 predict=predict, logit_lens=logit_lens, file=file, rows=rows)  # fmt: skip
+                 predict=predict, logit_lens=logit_lens, file=file, rows=rows, chunk=chunk)  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:

@@ -53,7 +53,8 @@ def figure_title(result: Result, heads) -> str:
     if result.kind == Kind.BAND:
         return f"Sliding window n_c={result.band.shape[-1]}: {shown} (band only)"
     mask = "cross-attention" if result.is_cross else (
-        f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask"))  # fmt: skip
+        f"window n_c={s.window}" if s.window else ("causal" if s.causal_mask else "no mask"))  # fmt: skip
+    mask += f", chunk n_ch={s.chunk}" if s.chunk and not result.is_cross else ""
     return f"Attention weights: {shown}, {mask}"
 
 
