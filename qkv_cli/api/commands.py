@@ -98,8 +98,8 @@ def run(text: str | None = None, model=None, *, heads: int | None = None, d: int
 
     Without ``model``: one layer of seeded random weights (``d`` wide, ``heads`` heads; ``causal``, ``window``
     n_c, ``chunk`` n_ch (chunked attention), ``kv_heads`` G, ``context`` for cross-attention, ``ablate`` q|k|v)
-    -> a ``Layer`` with H, Wq, Q, K, V, scores, mask, weights (tau, m, n), heads, Wo and output. With ``band=True`` and a ``window``, a long text
-    keeps only the band (a ``Band``).
+    -> a ``Layer`` with H, Wq, Q, K, V, scores, mask, weights (tau, m, n), heads, Wo and output. With
+    ``band=True`` and a ``window``, a long text keeps only the band (a ``Band``).
 
     With ``model`` (a name, a path or ``qkv.load(...)``): the checkpoint's forward pass -> a ``ModelRun`` with
     ``attentions`` (L, tau, m, m), ``ids``, ``tokens`` and ``layer(l)`` (every matrix of layer l; ``layer=``
