@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.core.settings import check_window
+from qkv_cli.core.settings import check_chunk, check_window
 from qkv_cli.errors import QkvError
 
 
@@ -41,14 +41,6 @@ class MaskSpec:
     def key(self) -> tuple:
         """What tells two layers' position rules apart (padding and custom grids are per run, not per layer)."""
         return (self.is_causal, self.window, self.chunk)
-
-
-def check_chunk(n_ch) -> int:
-    """A chunk n_ch must be a whole number of at least 1 (query i sees keys of its own chunk only)."""
-    if isinstance(n_ch, bool) or not isinstance(n_ch, int | np.integer) or n_ch < 1:
-        raise QkvError(f"the chunk size n_ch ({n_ch}) must be at least 1: query i sees keys "
-                       "n_ch floor(i / n_ch)..i")  # fmt: skip
-    return int(n_ch)
 
 
 def _positions(m, n, offset):  # -> ([m, 1] query positions, [1, n] key positions)

@@ -44,6 +44,14 @@ def check_window(n_c) -> int:
     return int(n_c)
 
 
+def check_chunk(n_ch) -> int:
+    """A chunk n_ch must be a whole number of at least 1 (query i sees keys of its own chunk only)."""
+    if isinstance(n_ch, bool) or not isinstance(n_ch, int) or n_ch < 1:
+        raise QkvError(f"the chunk size n_ch ({n_ch}) must be at least 1: query i sees keys "
+                       "n_ch floor(i / n_ch)..i")  # fmt: skip
+    return int(n_ch)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that determines a random-weights run; two equal Settings give identical numbers."""
@@ -79,8 +87,6 @@ class Settings:
         if self.window is not None:
             check_window(self.window)
         if self.chunk is not None:
-            from qkv_cli.core.masks import check_chunk
-
             check_chunk(self.chunk)
         check_kernel(self.kernel)
         resolve_scale(self.scale, self.d_k)
