@@ -84,6 +84,19 @@ CASES = {
     "qwen3_moe-step": ("qwen3_moe", {"num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2,
                                      "moe_intermediate_size": 24, "decoder_sparse_step": 2}),
     "olmoe": ("olmoe", {"num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-5}),
+    # 4 layers: 0-2 RoPE and chunked (n_ch 5), 3 NoPE with its query temperature (floor_scale 2: it grows along the
+    # text); every layer dense (moe_layers [], intermediate_size_mlp the dense width)
+    "llama4_text": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 5, "floor_scale": 2, "head_dim": 8,
+                                    "attn_scale": 0.5, "moe_layers": [], "intermediate_size_mlp": 40,
+                                    "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
+    "llama4_text-list": ("llama4_text", {"no_rope_layers": [1, 0, 1], "attention_chunk_size": 4, "floor_scale": 3,
+                                         "use_qk_norm": False, "interleave_moe_layer_step": 5, "head_dim": 16,
+                                         "intermediate_size_mlp": 24, "tie_word_embeddings": True}),
+    # MoE layers 1 and 3 (interleave step 2): 4 experts, top-k 2, a shared expert; 0 and 2 dense
+    "llama4_text-moe": ("llama4_text", {"num_hidden_layers": 4, "attention_chunk_size": 6, "floor_scale": 2,
+                                        "head_dim": 8, "num_local_experts": 4, "num_experts_per_tok": 2,
+                                        "interleave_moe_layer_step": 2, "intermediate_size_mlp": 40,
+                                        "rope_parameters": {"rope_type": "default", "rope_theta": 300.0}}),
 }  # fmt: skip
 MOE = (
     "mixtral",
@@ -108,7 +121,7 @@ def config(transformers, name: str, vocab: int):
     values = dict(BASE, vocab_size=vocab, **overrides)
     if model_type == "gpt_neox":
         values.pop("num_key_value_heads")
-    if model_type in ("smollm3", "phi3", "olmoe", "gpt_oss"):  # their default token ids are outside the tiny vocabulary
+    if model_type in ("smollm3", "phi3", "olmoe", "gpt_oss", "llama4_text"):  # default ids outside the tiny vocabulary
         values.update(pad_token_id=None, bos_token_id=1, eos_token_id=2)
     return transformers.AutoConfig.for_model(model_type, **values)
 
@@ -166,6 +179,13 @@ def reference_routing(torch, model, ids) -> dict:
     for h in handles:
         h.remove()
     return seen
+
+
+def last_hidden(torch, model, ids):
+    """transformers' hidden state after the final norm (m, d); Llama4ForCausalLM's base_model is itself."""
+    base = model.base_model if model.base_model is not model else model.model
+    with torch.no_grad():
+        return base(torch.tensor([ids])).last_hidden_state[0].numpy()
 
 
 class float64_everywhere:  # noqa: N801  (a context manager, used like a function)

@@ -85,6 +85,11 @@ def window_allowed(m, n_c):  # [m, m] bool: query i sees keys i-n_c+1..i
     return (t <= i) & (i - t < n_c)
 
 
+def chunk_allowed(m, n_ch):  # [m, m] bool: query i sees keys of its own chunk, t // n_ch = i // n_ch, up to i
+    i, t = np.indices((m, m))
+    return (t <= i) & (t // n_ch == i // n_ch)
+
+
 def allowed_to_additive(allowed, dtype=np.float64):  # True -> 0, False -> -inf
     return np.where(allowed, 0.0, -np.inf).astype(dtype)
 

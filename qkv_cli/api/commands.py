@@ -123,7 +123,7 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
         max_memory: int | str | None = None, chat: bool = False, predict: bool = False, logit_lens: bool = False,
         band: bool = False, file: str | None = None, rows: str | slice | None = None, system: str | None = None,
         no_system: bool = False, chat_template: str | None = None, target: str | None = None,
-        attention: str | None = None) -> Layer | ModelRun | Band | Batch:  # fmt: skip
+        attention: str | None = None, chunk: int | None = None) -> Layer | ModelRun | Band | Batch:  # fmt: skip
     """Run masked multi-head attention on ``text``, as ``qkv run`` does.
 
     Parameters
@@ -133,6 +133,7 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
     heads, d, causal, window, scale, kv_heads, positions, projection, tokenizer, seed, context, ablate, ablate_with :
         random weights only: tau, the width d, the mask rules (``window`` n_c), G, the context Y of
         cross-attention (n tokens), ``ablate`` "q" | "k" | "v".
+    chunk : random weights only: chunked attention, n_ch (each query sees the keys of its own chunk, causally).
     layer : a checkpoint: the layer(s) whose matrices are kept (default the last; negative from the end).
     rows : a checkpoint: keep only these queries' weights (``"-128:"`` or ``slice(-128, None)``).
     predict, logit_lens, chat : next-token predictions, the logit lens, the model's chat template.
@@ -161,7 +162,7 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
                  predict=predict, logit_lens=logit_lens, file=file, rows=rows, target=target, attention=attention,
-                 **_chat(system, no_system, chat_template))  # fmt: skip
+                 chunk=chunk, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
     result = compute(req, loaded)
     if loaded is None:

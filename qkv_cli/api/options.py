@@ -12,8 +12,8 @@ from qkv_cli.errors import QkvError
 FIXED_BY_CHECKPOINT = {
     "d": "--d", "tau": "--heads", "positions": "--positions", "projection": "--projection", "tokenizer": "--tokenizer",
     "kv_heads": "--kv-heads", "context": "--context", "context_file": "--context-file", "mask_file": "--mask-file",
-    "ablate": "--ablate", "causal": "--causal", "window": "--window", "scale": "--scale", "pad_to": "--pad-to",
-    "n": "--n", "batch": "--batch",
+    "ablate": "--ablate", "causal": "--causal", "window": "--window", "chunk": "--chunk", "scale": "--scale",
+    "pad_to": "--pad-to", "n": "--n", "batch": "--batch",
 }  # fmt: skip
 NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "generate": "lets a decoder write with",
                     "predict": "reads the output head of", "logit_lens": "reads the output head of",
@@ -86,7 +86,7 @@ def request(values: dict, text=None, default=None, **extra):
 
     settings = Settings(
         d=value("d", 512), tau=value("tau", 8), seed=value("seed", 0), kernel=value("kernel", "vectorized"),
-        causal=value("causal", False), window=value("window"), scale=value("scale", "auto"),
+        causal=value("causal", False), window=value("window"), chunk=value("chunk"), scale=value("scale", "auto"),
         positions=value("positions", "sinusoidal"), projection=value("projection", "random"),
         dtype=value("dtype", "float64"), tokenizer=value("tokenizer", "word"), kv_heads=value("kv_heads"),
         ablate=value("ablate"), ablate_with=value("ablate_with", "zeros"),

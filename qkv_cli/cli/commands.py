@@ -33,6 +33,7 @@ from qkv_cli.cli.options import (
     AscendingOpt,
     BatchOpt,
     CausalOpt,
+    ChunkOpt,
     ContextFileOpt,
     ContextOpt,
     DOpt,
@@ -212,8 +213,8 @@ def explain(text: TextArg = None, *, opts: Opts,
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
 @takes(TEXT, MASK_CHECKPOINT, CHAT, SEQ2SEQ)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
-         context: ContextOpt = None, context_file: ContextFileOpt = None, mask_file: MaskFileOpt = None,
-         pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
+         chunk: ChunkOpt = None, context: ContextOpt = None, context_file: ContextFileOpt = None,
+         mask_file: MaskFileOpt = None, pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
          format: TableJsonOpt = TableJson.table):  # fmt: skip
     """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample.
 
@@ -236,7 +237,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
             return emit(mask_grid(model, text, opts.target, attention, opts.layer), format.value)
         return emit(noted(maskgrid.for_model(model, text, opts.layer, chat_options(opts))), format.value)
     emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
-                               tokenizer)], format.value)  # fmt: skip
+                               tokenizer, chunk)], format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")

@@ -80,6 +80,8 @@ CausalOpt = Annotated[bool, typer.Option("--causal", help="Causal mask V_<=i: qu
 WindowOpt = Annotated[
     int | None, typer.Option(min=1, help="Sliding window n_c: query i sees keys i-n_c+1..i (implies causal).")
 ]
+ChunkOpt = Annotated[int | None, typer.Option(min=1, help="Chunked attention n_ch (Llama 4): query i sees keys "
+                     "n_ch floor(i / n_ch)..i, its own chunk (implies causal).")]  # fmt: skip
 ScaleOpt = Annotated[
     str,
     typer.Option(metavar=one_of(SCALES, "NUMBER"), autocompletion=completing(*SCALES),
@@ -95,16 +97,10 @@ TokenizerOpt = Annotated[
     typer.Option(metavar=one_of(TOKENIZERS, PATH), autocompletion=completing(*TOKENIZERS),
                  help="word, bpe, or a path to a Hugging Face tokenizer.json."),
 ]  # fmt: skip
-MaxMemoryOpt = Annotated[
-    str | None,
-    typer.Option("--max-memory", metavar="SIZE", help="Refuse runs estimated above this, e.g. 2GB (default: half "
-                 "the RAM)."),
-]  # fmt: skip
-HeadOpt = Annotated[
-    list[str] | None,
-    typer.Option("--head", metavar=INT, callback=integers,
-                 help="Head to show, 0..tau-1: --head 0,2 or --head 0 --head 2 (default all)."),
-]  # fmt: skip
+MaxMemoryOpt = Annotated[str | None, typer.Option("--max-memory", metavar="SIZE", help="Refuse runs estimated "
+                         "above this, e.g. 2GB (default: half the RAM).")]  # fmt: skip
+HeadOpt = Annotated[list[str] | None, typer.Option("--head", metavar=INT, callback=integers, help="Head to show, "
+                    "0..tau-1: --head 0,2 or --head 0 --head 2 (default all).")]  # fmt: skip
 ShowOpt = Annotated[
     str, typer.Option(metavar="NAMES", help=f"Comma list of matrices to show: {','.join(SHOW_CHOICES)}.")
 ]
@@ -115,11 +111,8 @@ SaveNpzOpt = Annotated[
     str | None, typer.Option("--save-npz", metavar=PATH, help="Also save every matrix to this .npz file.")
 ]
 OutOpt = Annotated[str, typer.Option("--out", "-o", metavar=PATH, help="Image file: .png, .svg or .pdf.")]
-ContextOpt = Annotated[
-    str | None,
-    typer.Option("--context", metavar="TEXT", help="Cross-attention: keys and values from this text Y, queries "
-                 "from TEXT."),
-]  # fmt: skip
+ContextOpt = Annotated[str | None, typer.Option("--context", metavar="TEXT", help="Cross-attention: keys and "
+                       "values from this text Y, queries from TEXT.")]  # fmt: skip
 ContextFileOpt = Annotated[
     str | None,
     typer.Option("--context-file", metavar=PATH, help="Read the --context text from a UTF-8 file ('-' = stdin)."),
@@ -192,7 +185,8 @@ RANDOM = [
     ("tokenizer", TokenizerOpt, "word"),
     ("kv_heads", KvHeadsOpt, None),
 ]
-MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None), ("mask_file", MaskFileOpt, None)]
+MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None), ("chunk", ChunkOpt, None),
+         ("mask_file", MaskFileOpt, None)]  # fmt: skip
 CROSS = [("context", ContextOpt, None), ("context_file", ContextFileOpt, None)]
 ABLATION = [("ablate", AblateOpt, None), ("ablate_with", AblateWithOpt, AblateWith.zeros)]
 CHECKPOINT = [("model", ModelOpt, None), ("layer", LayerOpt, None), ("download", DownloadOpt, False)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qkv_cli.core.settings import check_window
+from qkv_cli.core.settings import check_chunk, check_window
 from qkv_cli.errors import QkvError
 
 
@@ -23,16 +23,24 @@ class MaskSpec:
 
     causal: bool = False
     window: int | None = None  # n_c; a window implies causal
+    chunk: int | None = None  # n_ch; chunked attention (Llama 4) implies causal
     padding: np.ndarray | None = None
     custom: np.ndarray | None = None
 
     def __post_init__(self):
         if self.window is not None:
             check_window(self.window)
+        if self.chunk is not None:
+            check_chunk(self.chunk)
 
     @property
     def is_causal(self) -> bool:
-        return self.causal or self.window is not None
+        return self.causal or self.window is not None or self.chunk is not None
+
+    @property
+    def key(self) -> tuple:
+        """What tells two layers' position rules apart (padding and custom grids are per run, not per layer)."""
+        return (self.is_causal, self.window, self.chunk)
 
 
 def _positions(m, n, offset):  # -> ([m, 1] query positions, [1, n] key positions)
@@ -47,6 +55,11 @@ def _causal(m, n, spec, offset=0):  # V_<=i: key t after query i is removed
 def _window(m, n, spec, offset=0):  # V_[i-n_c+1, i]: key t older than the n_c most recent is removed
     i, t = _positions(m, n, offset)
     return t <= i - min(spec.window, offset + m)  # n_c beyond the text removes nothing (and cannot overflow)
+
+
+def _chunk(m, n, spec, offset=0):  # key t in an earlier chunk of n_ch positions than query i is removed
+    i, t = _positions(m, n, offset)
+    return t // spec.chunk < i // spec.chunk  # a later chunk is the future: the causal rule's
 
 
 def _padding(m, n, spec, offset=0):  # key t is a pad token
@@ -77,6 +90,8 @@ RULES = {
         MaskRule("causal", "C", "key after the query (t > i)", "--causal", lambda s: s.is_causal, _causal),
         MaskRule("window", "W", "key older than the n_c most recent (t <= i - n_c)", "--window",
                  lambda s: s.window is not None, _window),
+        MaskRule("chunk", "K", "key in an earlier chunk of n_ch tokens (t // n_ch < i // n_ch)", "--chunk",
+                 lambda s: s.chunk is not None, _chunk),
         MaskRule("padding", "P", "key is a pad token", "--batch / --pad-to", lambda s: s.padding is not None,
                  _padding),
         MaskRule("custom", "X", "--mask-file says no", "--mask-file", lambda s: s.custom is not None, _custom),

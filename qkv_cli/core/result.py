@@ -81,6 +81,7 @@ class Result:
     rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
     qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
     latent: dict | None = None  # multi-head latent attention's matrices and widths (models.mla.LatentWeights.steps)
+    after_rope: dict | None = None  # Llama 4: {"l2_eps"} (Q, K L2-normed after RoPE) or {"temperature": (m,)}
     model: ModelInfo | None = None
     sink_logits: np.ndarray | None = None  # (tau,) LAYER: head j's sink logit s_j (gpt-oss; None without sinks)
     sinks: np.ndarray | None = None  # the sink's share of each row, 1 - row sum: LAYER (tau, m), MODEL like attentions

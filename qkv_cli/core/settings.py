@@ -44,6 +44,14 @@ def check_window(n_c) -> int:
     return int(n_c)
 
 
+def check_chunk(n_ch) -> int:
+    """A chunk n_ch must be a whole number of at least 1 (query i sees keys of its own chunk only)."""
+    if isinstance(n_ch, bool) or not isinstance(n_ch, int) or n_ch < 1:
+        raise QkvError(f"the chunk size n_ch ({n_ch}) must be at least 1: query i sees keys "
+                       "n_ch floor(i / n_ch)..i")  # fmt: skip
+    return int(n_ch)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that determines a random-weights run; two equal Settings give identical numbers."""
@@ -54,6 +62,7 @@ class Settings:
     kernel: str = "vectorized"
     causal: bool = False
     window: int | None = None
+    chunk: int | None = None  # n_ch: query i sees keys of its own chunk only (chunked attention, Llama 4)
     scale: str = "auto"
     positions: str = "sinusoidal"
     projection: str = "random"
@@ -77,7 +86,8 @@ class Settings:
 
         if self.window is not None:
             check_window(self.window)
-
+        if self.chunk is not None:
+            check_chunk(self.chunk)
         check_kernel(self.kernel)
         resolve_scale(self.scale, self.d_k)
 
@@ -92,5 +102,5 @@ class Settings:
 
     @property
     def causal_mask(self) -> bool:
-        """A sliding window implies causal."""
-        return self.causal or self.window is not None
+        """A sliding window, or chunks, imply causal."""
+        return self.causal or self.window is not None or self.chunk is not None

@@ -1,7 +1,8 @@
 """The attention sub-layer every family shares, with hooks for what families add.
 
     Q^[j] = H W_j^q + b_j^q   (tau heads)        K^[g], V^[g] = H W_g^{k,v} + b_g^{k,v}   (G key/value heads)
-    [QK-norm]  [rotate Q and K (RoPE)]  heads = Softmax(Q K^T * scale [soft-capped] + Mask [, sink s_j]) V
+    [QK-norm]  [rotate Q and K (RoPE)]  [after RoPE: Llama 4's L2 norm or query temperature]
+    heads = Softmax(Q K^T * scale [soft-capped] + Mask [, sink s_j]) V
     output = concat(head_1..head_tau) W^o + b^o
 
 Query head j reads key/value head j // (tau / G) (grouped-query attention; G = tau without it). The three
@@ -57,6 +58,26 @@ class Hooks(NamedTuple):
     softcap: float | None = None  # tanh(S / c) * c before the mask
     values: Callable | None = None  # (V) (G, n, dk) -> V changed (value zeroing: one key's row set to 0)
     sinks: np.ndarray | None = None  # (tau,) a sink logit per head: Softmax([scores, s_j]), the sink dropped (gpt-oss)
+    after_rope: Callable | None = None  # (Q, K) -> (Q, K) after RoPE (Llama 4: L2 norm, the NoPE query temperature)
+
+
+def l2_norm_qk(Q, K, eps):  # [tau, m, dk], [G, m, dk] -> the same: x / sqrt(mean(x^2) + eps) over d_k, no weight
+    return tuple(X * (X.dtype.type(1) / np.sqrt(np.mean(X * X, axis=-1, keepdims=True) + X.dtype.type(eps)))
+                 for X in (Q, K))  # fmt: skip
+
+
+def query_temperature(m, start, floor_scale, attn_scale, dtype):  # -> [m]: one factor per query position p
+    """log(floor((p + 1) / floor_scale) + 1) attn_scale + 1 (Llama 4's NoPE layers, arXiv 2501.19399): 1 within
+    the first floor_scale positions, growing with the log of the position beyond."""
+    t = np.dtype(dtype).type
+    p = np.arange(start, start + m, dtype=dtype)
+    return np.log1p(np.floor((p + t(1)) / t(floor_scale))) * t(attn_scale) + t(1)
+
+
+def tempered_queries(m, start, floor_scale, attn_scale, dtype) -> Callable:  # -> (Q, K) -> (Q tempered, K)
+    """The queries at positions start..start+m-1 times their query_temperature; the keys as they are."""
+    scales = query_temperature(m, start, floor_scale, attn_scale, dtype)
+    return lambda Q, K: (Q * scales[None, :, None], K)  # (tau, m, dk) * (1, m, 1)
 
 
 class Attended(NamedTuple):
@@ -108,6 +129,8 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
     if hooks.rotate is not None:
         Q_pre, K_pre = Q, K
         Q, K = hooks.rotate(Q), hooks.rotate(K)
+    if hooks.after_rope is not None:
+        Q, K = hooks.after_rope(Q, K)
     if cache is not None:
         K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
     if hooks.values is not None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
-from qkv_cli.models import mla_names, rope
+from qkv_cli.models import attention, mla_names, rope
 from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
@@ -82,9 +82,12 @@ def layer_type(c: ModelConfig, layer: int) -> str:
 
 
 def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:
-    """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window)."""
-    window = c.attention.sliding_window if layer_type(c, layer) == "sliding_attention" else None
-    return MaskSpec(causal=True, window=window)
+    """Causal; a sliding layer also keeps only the n_c most recent keys (0 <= i - t < sliding_window), a chunked
+    one only the keys of the query's own chunk (t // n_ch = i // n_ch, Llama 4)."""
+    kind = layer_type(c, layer)
+    window = c.attention.sliding_window if kind == "sliding_attention" else None
+    chunk = c.attention.chunk_size if kind == "chunked_attention" else None
+    return MaskSpec(causal=True, window=window, chunk=chunk)
 
 
 def rope_of(c: ModelConfig, layer: int) -> rope.Rope | None:
@@ -102,12 +105,18 @@ def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtyp
     if blk is not None and "qnorm" in blk.norms:
         norm_q, norm_k = blk.norms["qnorm"], blk.norms["knorm"]
     per_head = c.attention.qk_norm == "head"
+    after = None  # Llama 4: the L2 norm of Q and K on RoPE layers, the query temperature on NoPE layers
+    if c.attention.l2_qk_norm and rotate is not None:
+        after = partial(attention.l2_norm_qk, eps=c.norm_eps)
+    elif c.attention.temperature and m and rope_of(c, layer) is None:
+        after = attention.tempered_queries(m, start, *c.attention.temperature, dtype)
     return Hooks(
         scale=c.attention.scale,
         qk_norm=(lambda Q, K: (norm_q(Q), norm_k(K))) if per_head and norm_q else None,
         qk_norm_flat=(lambda q, k: (norm_q(q), norm_k(k))) if not per_head and norm_q else None,
         rotate=rotate,
         softcap=c.attention.softcap,
+        after_rope=after,
     )
 
 
@@ -116,6 +125,10 @@ def layer_extras(p: Params, c: ModelConfig, layer: int, m: int, dtype) -> dict:
     r = rope_of(c, layer)
     freq, scaling = rope.inv_freq(r, m, dtype) if r is not None else (None, None)
     out = {"rope_freq": freq, "rope_scaling": scaling}
+    if c.attention.l2_qk_norm and r is not None:  # Llama 4's steps after RoPE (hooks)
+        out["after_rope"] = {"l2_eps": c.norm_eps}
+    elif c.attention.temperature and r is None:
+        out["after_rope"] = {"temperature": attention.query_temperature(m, 0, *c.attention.temperature, dtype)}
     n = p.blocks[layer].norms
     if "qnorm" in n:
         out["qk_norm"] = {"q": n["qnorm"].w, "k": n["knorm"].w, "eps": n["qnorm"].eps, "offset": n["qnorm"].offset,
@@ -130,15 +143,17 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return {name: shape for name, (shape, _) in tensor_names(c).items()}
 
 
-def prepare(w, c: ModelConfig, dtype) -> Params:
+def prepare(w, c: ModelConfig, dtype, tensors=None, build=None) -> Params:
     """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (models.stream:
-    read, cast, kept while the budget allows), the embedding and the head read by rows."""
+    read, cast, kept while the budget allows), the embedding and the head read by rows. tensors, build: a family's
+    own tensor names (name -> (shape, role)) and block builder (Llama 4's experts)."""
     from qkv_cli.models.stream import Layers, RowMatrix
 
-    names = {role: name for name, (_, role) in tensor_names(c).items()}
+    names = {role: name for name, (_, role) in (tensors or tensor_names(c)).items()}
     itemsize = np.dtype(dtype).itemsize
     per_layer = [[n for role, n in names.items() if role.startswith(f"{l}.")] for l in range(c.n_layers)]
-    blocks = Layers(partial(prepare_block, w, c, names), c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
+    build = partial(build or prepare_block, w, c, names)
+    blocks = Layers(build, c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
     E = RowMatrix(w, names["embed"], (c.vocab_size, c.d), dtype)
     if "__head__" in w:
         head = RowMatrix(w, "__head__", (c.vocab_size, c.d), dtype)
@@ -189,6 +204,7 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
             None if bias[0] is None else np.concatenate(bias),
             out_in=True,
         )
+    up = gate = None  # a MoE layer has neither
     if p + "gate_up.w" in names:  # Phi-3: [W_gate | W_up] stacked by rows (d_ff each): views, no copy
         W, dff = get(p + "gate_up.w"), c.d_ff
         gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from qkv_cli.errors import QkvError
 from qkv_cli.models import moe_config
 from qkv_cli.models.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
-from qkv_cli.models.options import FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
+from qkv_cli.models.options import CHUNKED, FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.rope import Rope
 
-SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope", "switch")
+SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope", "switch", "chunk")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class Spec:
     bias: (config key, default) for the biases of W^q, W^k, W^v and W^o, or (q, k, v bias, o bias) fixed by the
     family (Qwen 2); mlp_bias: a key and default, or a fixed bool. sliding: how layers become sliding when
     config.json has no `layer_types`: None, "all" (Mistral), "qwen", "alternate" (Gemma 2), "pattern" (Gemma 3),
-    "switch" (Qwen3-MoE: every layer iff use_sliding_window and sliding_window).
+    "switch" (Qwen3-MoE: every layer iff use_sliding_window and sliding_window),
+    "chunk" (Llama 4: the RoPE layers are chunked when `attention_chunk_size` is set).
     act: the activation's keys in order, then its default. partial, theta, local_theta: (key, default).
     grouped: False for a family without grouped-query attention (GPT-NeoX: G = tau whatever
     `num_key_value_heads` says, as transformers reads it)."""
@@ -83,6 +84,9 @@ def _read(keys, spec: Spec) -> dict:
     window = keys.int("sliding_window", None) if any(t == SLIDING for t in types) else None
     if window is not None and window < 1:
         raise QkvError(f"{keys.where}: 'sliding_window' must be at least 1, got {window}")
+    chunk = keys.int("attention_chunk_size", None) if CHUNKED in types else None
+    if CHUNKED in types and (chunk is None or chunk < 1):
+        raise QkvError(f"{keys.where}: chunked layers need an 'attention_chunk_size' of at least 1, got {chunk}")
     if keys.get("use_bidirectional_attention", False):
         raise QkvError(f"{keys.where}: use_bidirectional_attention is not supported (qkv runs these models causally)")
     scale = keys.number(spec.scale_key, head_dim) if spec.scale_key else head_dim
@@ -119,7 +123,7 @@ def _read(keys, spec: Spec) -> dict:
         "norm_eps": keys.number(spec.eps, 1e-6),
         "activation": activation(keys, spec.act),
         "head_dim": head_dim,
-        "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap),
+        "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap, chunk),
         "rope": Positions(found, nope),
         "mlp": Mlp(spec.names != "neox", mlp_bias, parallel, moe),
         "norms": Norms(spec.norm, spec.layout),
@@ -163,12 +167,15 @@ def layer_types(keys, n_layers: int, sliding, nope=()) -> tuple[str, ...]:
     given = keys.get("layer_types", None)
     if sliding == "nope" and not (keys.get("use_sliding_window", False) is True and keys.get("sliding_window", None)):
         return tuple(FULL for _ in range(n_layers))  # SmolLM3: windows only with use_sliding_window
+    kinds = (CHUNKED, FULL) if sliding == "chunk" else (SLIDING, FULL)
     if given is not None:
-        if not isinstance(given, list) or len(given) != n_layers or any(t not in (SLIDING, FULL) for t in given):
-            raise QkvError(
-                f"{keys.where}: 'layer_types' must list {SLIDING!r} or {FULL!r} for each of {n_layers} layers"
-            )
+        if not isinstance(given, list) or len(given) != n_layers or any(t not in kinds for t in given):
+            raise QkvError(f"{keys.where}: 'layer_types' must list {kinds[0]!r} or {FULL!r} for each of {n_layers} "
+                           "layers")  # fmt: skip
         return tuple(given) if sliding else tuple(FULL for _ in given)
+    if sliding == "chunk":  # Llama 4: the RoPE layers are chunked
+        on = keys.get("attention_chunk_size", None) is not None
+        return tuple(CHUNKED if on and i not in nope else FULL for i in range(n_layers))
     if sliding == "nope":  # SmolLM3: the NoPE layers slide
         return tuple(SLIDING if i in nope else FULL for i in range(n_layers))
     if sliding == "switch":  # Qwen3-MoE: use_sliding_window turns the window on for every layer

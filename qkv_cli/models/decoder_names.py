@@ -65,10 +65,11 @@ def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
         mlp = (("dense_h_to_4h", "up", (dff, d)), ("dense_4h_to_h", "down", (d, dff))) if neox else (
             ("gate_up_proj", "gate_up", (2 * dff, d)), ("down_proj", "down", (d, dff))) if phi3 else (
             ("gate_proj", "gate", (dff, d)), ("up_proj", "up", (dff, d)), ("down_proj", "down", (d, dff)))  # fmt: skip
+        mlp_name = "feed_forward" if c.embeddings.names == "llama4" else "mlp"
         for module, role, shape in mlp:
-            out[f"{p}mlp.{module}.weight"] = (shape, f"{r}{role}.w")
+            out[f"{p}{mlp_name}.{module}.weight"] = (shape, f"{r}{role}.w")
             if c.mlp.bias:
-                out[f"{p}mlp.{module}.bias"] = ((shape[0],), f"{r}{role}.b")
+                out[f"{p}{mlp_name}.{module}.bias"] = ((shape[0],), f"{r}{role}.b")
     final = "final_layer_norm" if neox else "norm"
     out[final + ".weight"] = ((d,), "final.w")
     if layer_norm_bias:

@@ -262,7 +262,7 @@ def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) 
     out = []
     for l in range(c.n_layers):
         spec = family.layer_mask(c, l)
-        key = (spec.causal, spec.window)
+        key = spec.key
         if key not in by_rule:
             mask = masks.additive(spec, m, n, dtype, offset=offset)
             by_rule[key] = None if mask is None or not mask.any() else mask

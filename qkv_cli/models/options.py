@@ -1,6 +1,7 @@
 """A RoPE decoder's options, one frozen dataclass per concern, built by decoder_config.read and checked here.
 
-    Attention   scale, biases of W^q, W^k, W^v and W^o, QK-norm, layer types and window, soft-capping
+    Attention   scale, biases of W^q, W^k, W^v and W^o, QK-norm, layer types and window or chunk, soft-capping,
+                the NoPE layers' query temperature
     Positions   the RoPE of each layer type, and the layers without RoPE (NoPE)
     Mlp         gated or not, biases, parallel residual, a mixture of experts (models.moe.Moe)
     Norms       RMSNorm (offset 1 for Gemma) or LayerNorm, and where the norms sit (the layout)
@@ -19,11 +20,11 @@ from qkv_cli.errors import QkvError
 from qkv_cli.models.moe import Moe
 from qkv_cli.models.rope import Rope
 
-SLIDING, FULL = "sliding_attention", "full_attention"
+SLIDING, FULL, CHUNKED = "sliding_attention", "full_attention", "chunked_attention"
 QK_NORMS = (None, "head", "flat")  # per head over d_k (Qwen 3, Gemma 3), or the whole projection (OLMo 2)
 NORM_KINDS = ("rms", "rms1p", "layer")
 LAYOUTS = ("llama", "gemma", "olmo2", "neox")  # decoder_names.NORMS has each
-NAMINGS = ("llama", "neox", "phi3")  # phi3: fused qkv_proj and gate_up_proj
+NAMINGS = ("llama", "neox", "phi3", "llama4")  # phi3: fused qkv_proj and gate_up_proj; llama4: feed_forward
 
 
 def _positive(name: str, value, none_ok: bool = True) -> None:
@@ -48,6 +49,10 @@ class Attention:
     sliding_window: int | None = None  # n_c on sliding layers
     softcap: float | None = None  # tanh(S / c) c before the mask (Gemma 2)
     sinks: bool = False  # a learned sink logit per head: one more softmax column, dropped (gpt-oss)
+    chunk_size: int | None = None  # n_ch on chunked layers (Llama 4): query i sees its own chunk's keys only
+    l2_qk_norm: bool = False  # Q, K / sqrt(mean(x^2) + eps) after RoPE, no weight, on RoPE layers (Llama 4)
+    temperature: tuple[float, float] | None = None  # (floor_scale, attn_scale): a NoPE layer's query at position p
+    # times log(floor((p + 1) / floor_scale) + 1) attn_scale + 1 (Llama 4)
 
     def __post_init__(self):
         _positive("the attention scale", self.scale, none_ok=False)
@@ -57,8 +62,16 @@ class Attention:
         for name in ("qkv_bias", "o_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise QkvError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        if any(t not in (SLIDING, FULL) for t in self.layer_types):
-            raise QkvError(f"layer types must be {SLIDING!r} or {FULL!r}, got {self.layer_types!r}")
+        if any(t not in (SLIDING, FULL, CHUNKED) for t in self.layer_types):
+            raise QkvError(f"layer types must be {SLIDING!r}, {FULL!r} or {CHUNKED!r}, got {self.layer_types!r}")
+        n = self.chunk_size
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise QkvError(f"'attention_chunk_size' must be at least 1, got {n!r}")
+        if self.temperature is not None:
+            _positive("'floor_scale'", self.temperature[0], none_ok=False)
+            a = self.temperature[1]
+            if isinstance(a, bool) or not isinstance(a, int | float) or not math.isfinite(a):
+                raise QkvError(f"'attn_scale' must be a finite number, got {a!r}")
         w = self.sliding_window
         if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
             raise QkvError(f"'sliding_window' must be at least 1, got {w!r}")

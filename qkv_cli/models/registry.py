@@ -45,6 +45,7 @@ FAMILIES = {
     "olmoe": "qkv_cli.models.olmoe",
     "deepseek_v3": "qkv_cli.models.deepseek_v3",
     "deepseek_v2": "qkv_cli.models.deepseek_v2",
+    "llama4_text": "qkv_cli.models.llama4",
     "t5": "qkv_cli.models.t5",  # encoder-decoders (models.encdec)
     "mt5": "qkv_cli.models.mt5",
     "umt5": "qkv_cli.models.umt5",

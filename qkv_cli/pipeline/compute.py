@@ -79,7 +79,7 @@ def compute(req: Request, model=None, on_token=None) -> Result:
             )
         return batch.run_batch(lines(req), s, req.max_memory)
     text = read_text(req)
-    if req.band and s.window is not None and not more and s.ablate is None:
+    if req.band and s.window is not None and s.chunk is None and not more and s.ablate is None:
         return band.run(text, s, max_memory=req.max_memory)
     return dense.run(text, s, max_memory=req.max_memory, **more)
 

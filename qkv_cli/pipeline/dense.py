@@ -35,6 +35,9 @@ def check_cross(settings: Settings, has_context: bool) -> None:
             f"--window {settings.window} needs self-attention: with --context the keys are another "
             "text, so 'the n_c most recent keys' means nothing; drop --window or --context"
         )
+    if settings.chunk is not None:
+        raise QkvError(f"--chunk {settings.chunk} needs self-attention: with --context the keys are another text, "
+                       "so 'the query's own chunk' means nothing; drop --chunk or --context")  # fmt: skip
     if settings.causal:
         raise QkvError(
             "--causal needs self-attention: with --context the keys are another text, so 'keys "
@@ -90,7 +93,8 @@ def run(
     Q, K, V = project(H, Wq), project(Y, Wk), project(Y, Wv)  # (tau, m, dk), (G, n, dk), (G, n, dk)
     Q, K, V = ablate.apply(Q, K, V, settings)  # no-op unless --ablate
     scale = resolve_scale(settings.scale, settings.d_k)
-    rules = masks.MaskSpec(causal=settings.causal, window=settings.window, padding=padding, custom=allowed)
+    rules = masks.MaskSpec(causal=settings.causal, window=settings.window, chunk=settings.chunk, padding=padding,
+                           custom=allowed)  # fmt: skip
     mask = masks.additive(rules, m, n, dtype)
     heads, weights = attention(Q, K, V, mask=mask, scale=scale, kernel=settings.kernel)
     result = Result(

@@ -31,13 +31,15 @@ class MaskGrid:
     layer: int | None = None
     layer_type: str = ""
     chat: object = None  # pipeline.chat.Prompt with --chat
+    chunk: int | None = None  # n_ch of a chunked layer (Llama 4), or of --chunk
     allowed: np.ndarray = field(init=False)
 
     def __post_init__(self):
         self.allowed = masks.allowed_grid(self.grids, len(self.labels), len(self.key_labels))
 
 
-def for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer) -> MaskGrid:
+def for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer,
+                chunk=None) -> MaskGrid:  # fmt: skip
     """The Mask the random-weights options make over TEXT (a sample without it)."""
     from qkv_cli.core.settings import Settings
     from qkv_cli.pipeline.dense import check_cross
@@ -49,8 +51,10 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
     has_context = context is not None or context_file is not None
     if window is not None:
         masks.check_window(window)
+    if chunk is not None:
+        masks.check_chunk(chunk)
     if has_context:
-        check_cross(Settings(d=1, tau=1, causal=causal, window=window), True)
+        check_cross(Settings(d=1, tau=1, causal=causal, window=window, chunk=chunk), True)
     custom = None if mask_file is None else load_mask_file(mask_file)
     ctx = get_context(context, context_file, text == "-" or file == "-")
     labels = list(tokenize(get_text(text, file, sample_text("short")), tokenizer).labels)
@@ -73,8 +77,8 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
     check_cells(m, n)
     if custom is not None:
         masks.check_shape(custom, m, n, f"--mask-file {mask_file!r}")
-    spec = masks.MaskSpec(causal=causal, window=window, padding=padding, custom=custom)
-    return MaskGrid(labels, key_labels, masks.rule_grids(spec, m, n), window)
+    spec = masks.MaskSpec(causal=causal, window=window, chunk=chunk, padding=padding, custom=custom)
+    return MaskGrid(labels, key_labels, masks.rule_grids(spec, m, n), window, chunk=chunk)
 
 
 def for_model(model, text: str, layers=(), chat=None) -> list[MaskGrid]:
@@ -94,7 +98,7 @@ def for_model(model, text: str, layers=(), chat=None) -> list[MaskGrid]:
     for layer in chosen:
         spec = fam.layer_mask(c, layer)
         grid = MaskGrid(labels, labels, masks.rule_grids(spec, m, m), spec.window, info, layer,
-                        fam.layer_type(c, layer), said if chat is not None else None)  # fmt: skip
+                        fam.layer_type(c, layer), said if chat is not None else None, spec.chunk)  # fmt: skip
         out.append(grid)
     return out
 
@@ -104,7 +108,7 @@ def _one_per_kind(c, fam) -> list[int]:
     seen, chosen = set(), []
     for layer in range(c.n_layers):
         spec = fam.layer_mask(c, layer)
-        key = (spec.is_causal, spec.window)
+        key = spec.key
         if key not in seen:
             seen.add(key)
             chosen.append(layer)

@@ -17,6 +17,8 @@ def settings_line(result: Result) -> str:
     if result.model is not None:  # a layer of a real checkpoint
         info = result.model
         mask = ("causal" if info.causal else "bidirectional") + (f" window n_c={info.window}" if info.window else "")
+        chunk = getattr(result.rules, "chunk", None)  # Llama 4's chunked layers
+        mask += f" chunk n_ch={chunk}" if chunk else ""
         if result.is_cross:  # an encoder-decoder's cross-attention: nothing masked, n source tokens
             mask = f"cross-attention n={len(result.key_labels)} (Q from the decoder's X, K and V from the encoder's Y)"
 
@@ -31,7 +33,8 @@ def settings_line(result: Result) -> str:
             f"{mask} kernel={result.kernel} {result.dtype}"
         )
     s = result.settings
-    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask")
+    mask = f"window n_c={s.window}" if s.window else ("causal" if s.causal_mask else "no mask")
+    mask += f" chunk n_ch={s.chunk}" if s.chunk else ""
     return (
         f"m={len(result.labels)} d={s.d} tau={s.tau} d_k={s.d_k} scale={result.scale:.4g} ({s.scale}) {mask} "
         f"positions={s.positions} projection={s.projection} kernel={s.kernel} {s.dtype} seed={s.seed}"
@@ -50,7 +53,8 @@ def figure_title(result: Result, heads) -> str:
     if result.kind == Kind.BAND:
         return f"Sliding window n_c={result.band.shape[-1]}: {shown} (band only)"
     mask = "cross-attention" if result.is_cross else (
-        f"window n_c={s.window}" if s.window else ("causal" if s.causal else "no mask"))  # fmt: skip
+        f"window n_c={s.window}" if s.window else ("causal" if s.causal_mask else "no mask"))  # fmt: skip
+    mask += f", chunk n_ch={s.chunk}" if s.chunk and not result.is_cross else ""
     return f"Attention weights: {shown}, {mask}"
 
 

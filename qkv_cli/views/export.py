@@ -127,11 +127,12 @@ def settings_dict(result: Result) -> dict:
         return {"d": result.d, "tau": result.tau, "d_k": result.d_k, "kernel": result.kernel,
                 "causal": info.causal, "scale": result.scale, "dtype": result.dtype, "name": info.name,
                 "family": info.family, "layer": info.layer, "layers": info.n_layers, "kv_heads": result.G,
-                "layer_type": info.layer_type, "window": info.window, "rope": info.rope}  # fmt: skip
+                "layer_type": info.layer_type, "window": info.window, "rope": info.rope,
+                "chunk": getattr(result.rules, "chunk", None)}  # fmt: skip
     s = result.settings
     return {
         "d": s.d, "tau": s.tau, "d_k": s.d_k, "seed": s.seed, "kernel": s.kernel, "causal": s.causal_mask,
-        "window": s.window, "scale": result.scale, "scale_option": s.scale, "positions": s.positions,
+        "window": s.window, "chunk": s.chunk, "scale": result.scale, "scale_option": s.scale, "positions": s.positions,
         "projection": s.projection, "dtype": s.dtype, "tokenizer": s.tokenizer, "kv_heads": s.G,
         "ablate": s.ablate, "ablate_with": s.ablate_with,
     }  # fmt: skip

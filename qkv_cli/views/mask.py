@@ -25,6 +25,7 @@ def mask_doc(g) -> dict:
         "n": n,
         "rules": {rule: RULES[rule].help for rule in g.grids},
         "window": g.window,
+        "chunk": g.chunk,
         "allowed": g.allowed.tolist(),
         "removed_by": removed_by(g.grids, m, n),
         "mask": [[0.0 if a else None for a in row] for row in g.allowed.tolist()],
@@ -67,6 +68,8 @@ def emit_grid(g) -> None:
             kind = "target tokens (rows) over source tokens (columns), nothing removed"
         if window:
             kind += f", within the n_c={window} most recent"
+        if g.chunk:
+            kind += f", within its own chunk of n_ch={g.chunk}"
         layer = f" layer {g.layer}" + (f" ({g.layer_type})" if g.layer_type else "") if g.layer_type else ""
         out.print(f"{clean(g.model['name'])} ({g.model['family']}){layer}, its own tokens: {kind}")
     out.print(f"Mask for m={m} queries x n={n} keys; rules: {active}", style="bold")
@@ -82,9 +85,10 @@ def emit_grid(g) -> None:
     for rule in RULES:
         if rule in grids:
             extra = f" (n_c={window})" if rule == "window" and window else ""
+            extra = f" (n_ch={g.chunk})" if rule == "chunk" else extra
             out.print(f"  {RULES[rule].letter} = {rule}{extra}: {RULES[rule].help}; {int(grids[rule].sum())} cells")
     if len(grids) > 1 and (sum(g.astype(int) for g in grids.values()) > 1).any():  # no rules: sum() is 0
-        out.print("  a cell removed by several rules shows the first of causal, window, padding, custom")
+        out.print(f"  a cell removed by several rules shows the first of {', '.join(RULES)}")
     empty = (~allowed).all(axis=1).nonzero()[0]
     out.print(f"{int(allowed.sum())} of {m * n} cells may attend")
     if empty.size:

@@ -103,6 +103,9 @@ def emit_model(sh, fmt: str) -> None:
         dims |= {"experts": moe.experts, "top_k": moe.top_k, "d_expert": moe.d_expert}
         if moe.dense_layers:
             dims["dense_mlp_layers"] = list(moe.dense_layers)
+    if c.attention is not None and c.attention.chunk_size:  # Llama 4: the chunked layers and their n_ch
+        dims["chunked_layers"] = [l for l, t in enumerate(c.attention.layer_types) if t == "chunked_attention"]
+        dims["chunk_size"] = c.attention.chunk_size
     r = c.rope.ropes[""] if c.rope is not None else None
     latent = getattr(c, "latent", None)
     if latent is not None:  # multi-head latent attention: its ranks and widths

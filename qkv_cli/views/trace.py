@@ -73,6 +73,13 @@ def projections(result) -> dict:
     if result.rope_freq is not None:
         cos, sin = rope.cos_sin(result.rope_freq, X.shape[0], result.rope_scaling, X.dtype)
         Q, K = rope.apply(Q, cos, sin), rope.apply(K, cos, sin)
+    after = result.after_rope or {}  # Llama 4: an L2 norm after RoPE, or a NoPE layer's query temperature
+    if "l2_eps" in after:
+        out["Q_rotated"], out["K_rotated"] = Q, K
+        Q, K = (X / np.sqrt((X * X).mean(axis=-1, keepdims=True) + after["l2_eps"]) for X in (Q, K))
+    if "temperature" in after:
+        out["Q_untempered"] = Q
+        Q = Q * np.asarray(after["temperature"])[:, None]  # query p times its factor
     out["Q"], out["K"] = Q, K
     return out
 

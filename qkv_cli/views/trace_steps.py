@@ -71,7 +71,8 @@ def steps_for(result, j: int, g: int, shared: str, p: dict, head, concat, output
                             f"W_{k}^{letter}", b[f"b{letter}"][row][None], ["b"], feat_k, source))  # fmt: skip
     rope = result.rope_freq is not None
     norm = result.qk_norm is not None
-    q_name = "Q_projected" if norm else ("Q_pre_rope" if rope else "Q")
+    after = result.after_rope or {}
+    q_name = "Q_projected" if norm or "temperature" in after else ("Q_pre_rope" if rope else "Q")
     k_name = "K_projected" if norm else ("K_pre_rope" if rope else "K")
     out += [
         Step(q_name, f"Q^[{j}] = H W_{j}^q{plus(j, 'q')}", p["Q_proj"][j], rows, feat_k, notes["Q"]),
@@ -87,10 +88,18 @@ def steps_for(result, j: int, g: int, shared: str, p: dict, head, concat, output
     if rope:
         rot = 2 * len(result.rope_freq)
         part = f" (the first {rot} of {dk} dimensions)" if rot < dk else ""
-        out += [Step("Q", f"RoPE: q_p = q_p cos(p theta) + rotate_half(q_p) sin(p theta){part}", p["Q"][j], rows,
+        q, k = ("Q_rotated", "K_rotated") if "l2_eps" in after else ("Q", "K")
+        out += [Step(q, f"RoPE: q_p = q_p cos(p theta) + rotate_half(q_p) sin(p theta){part}", p[q][j], rows,
                      feat_k, "row p turned by angles p * theta_k; --query I shows them"),
-                Step("K", f"RoPE: k_p = k_p cos(p theta) + rotate_half(k_p) sin(p theta){part}", p["K"][g], keys,
+                Step(k, f"RoPE: k_p = k_p cos(p theta) + rotate_half(k_p) sin(p theta){part}", p[k][g], keys,
                      feat_k)]  # fmt: skip
+    if "l2_eps" in after:
+        out += [Step("Q", f"L2 norm: q_p / sqrt(mean(q_p^2) + eps), no weight, eps = {after['l2_eps']:g}", p["Q"][j],
+                     rows, feat_k),
+                Step("K", "L2 norm: k_p / sqrt(mean(k_p^2) + eps)", p["K"][g], keys, feat_k)]  # fmt: skip
+    if "temperature" in after:
+        out.append(Step("Q", "temperature: q_p * (log(floor((p + 1) / floor_scale) + 1) attn_scale + 1), a NoPE "
+                        "layer's queries sharper along the text", p["Q"][j], rows, feat_k))  # fmt: skip
     out.append(Step("V", f"V^[{kvj}] = {HY} W_{kvj}^v{plus(kvj, 'v')}", p["V"][g], keys, feat_k, notes["V"]))
     scale = f"S = Q^[{j}] K^[{kvj}]^T * scale, scale = {result.scale:.4g} = {scale_text}"
     if result.softcap:

@@ -58,7 +58,8 @@ def rope_zoom(tr, i: int, result) -> dict:
     half = len(theta)
     j, g = tr.head, tr.kv_head
     first = 0 if result.latent is None else result.latent["d_nope"]  # MLA turns the last d_rope dimensions
+    Q, K = p.get("Q_rotated", p["Q"]), p.get("K_rotated", p["K"])  # Llama 4 normalizes after RoPE
     return {"position": i, "pairs": [[first + k, first + k + half] for k in range(half)], "theta": theta,
             "angle": i * theta,
-            "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": p["Q"][j, i],
-            "k_before": p["K_pre_rope"][g, i], "k_after": p["K"][g, i]}  # fmt: skip
+            "scaling": result.rope_scaling, "q_before": p["Q_pre_rope"][j, i], "q_after": Q[j, i],
+            "k_before": p["K_pre_rope"][g, i], "k_after": K[g, i]}  # fmt: skip

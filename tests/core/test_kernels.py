@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from helpers import allowed_to_additive, build_mask
+from helpers import allowed_to_additive, build_mask, chunk_allowed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_cases import PATHS, qkv, random_mask, reference
@@ -31,6 +31,7 @@ CASES = [
     ("fully-masked-rows", 2, 2, 17, 17, lambda rng, m, n: random_mask(rng, m, n, empty_rows=(0, 5, 16))),
     ("gqa-causal", 6, 2, 18, 18, lambda rng, m, n: build_mask(m, causal=True)),
     ("mqa-window", 4, 1, 20, 20, lambda rng, m, n: build_mask(m, window=7)),
+    ("gqa-chunked", 4, 2, 22, 22, lambda rng, m, n: allowed_to_additive(chunk_allowed(m, 5))),
     ("bias-and-inf", 2, 2, 16, 16, lambda rng, m, n: random_mask(rng, m, n) + rng.standard_normal((m, n))),
 ]
 

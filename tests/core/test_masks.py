@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from helpers import causal_allowed, window_allowed
+from helpers import causal_allowed, chunk_allowed, window_allowed
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
@@ -28,6 +28,65 @@ def test_rule_grids_match_masks_built_by_hand():
     np.testing.assert_array_equal(allowed_grid(g, 6, 6), window_allowed(6, 3))
     assert not (g["causal"] & g["window"]).any()  # a window cell is removed by one rule only
     assert g["window"][5, 2] and g["causal"][2, 3] and not g["window"][5, 3]
+
+
+def test_chunk_rule_keeps_the_query_s_own_chunk_and_names_why():
+    """Chunked attention (Llama 4): the keys of earlier chunks are removed by the chunk rule, the future by the
+    causal one (each cell by one rule only); a KV cache's new queries use absolute positions."""
+    g = rule_grids(MaskSpec(chunk=3), 8)
+    np.testing.assert_array_equal(allowed_grid(g, 8, 8), chunk_allowed(8, 3))
+    assert set(g) == {"causal", "chunk"} and not (g["causal"] & g["chunk"]).any()
+    assert removed_by(g, 8, 8)[5][2] == ["chunk"] and removed_by(g, 8, 8)[2][5] == ["causal"]
+    assert removed_by(g, 8, 8)[5][3] == [] and g["chunk"].sum() == 3 * 3 + 2 * 6  # rows 3-5 lose 0-2; 6-7 lose 0-5
+    step = rule_grids(MaskSpec(chunk=3), 2, 8, offset=6)  # queries 6, 7 after six cached tokens
+    np.testing.assert_array_equal(allowed_grid(step, 2, 8), chunk_allowed(8, 3)[6:])
+    assert MaskSpec(chunk=3).is_causal and MaskSpec(chunk=3).key != MaskSpec(causal=True).key
+
+
+@pytest.mark.parametrize("bad", [0, -2, 2.5, True])
+def test_chunk_size_must_be_a_whole_number_of_at_least_1(bad):
+    with pytest.raises(QkvError, match="chunk size"):
+        MaskSpec(chunk=bad)
+
+
+def test_mask_command_chunk_names_each_removed_cell():
+    r = invoke("mask", "a b c d e f g", "--chunk", "3")
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split()[1:] for line in r.output.splitlines() if len(line.split()) == 8}
+    assert rows["a"] == ["✓", "C", "C", "C", "C", "C", "C"]
+    assert rows["e"] == ["K", "K", "K", "✓", "✓", "C", "C"] and rows["g"] == ["K"] * 6 + ["✓"]
+    assert "K = chunk (n_ch=3): key in an earlier chunk" in r.output and "13 of 49 cells may attend" in r.output
+    doc = json.loads(invoke("mask", "a b c d e f g", "--chunk", "3", "--format", "json").stdout)
+    assert doc["chunk"] == 3 and doc["removed_by"][4][1] == ["chunk"] and doc["removed_by"][1][4] == ["causal"]
+    np.testing.assert_array_equal(doc["allowed"], chunk_allowed(7, 3))
+
+
+@pytest.mark.parametrize("kernel", ["vectorized", "loop", "reference"])
+def test_run_with_chunks_weighs_only_the_query_s_chunk_in_every_kernel(kernel):
+    text = " ".join("abcdefghijk")
+    res = run(text, Settings(d=16, tau=2, chunk=4, kernel=kernel))
+    assert (res.weights[:, ~chunk_allowed(11, 4)] == 0).all()
+    np.testing.assert_allclose(res.weights.sum(axis=-1), 1.0)
+    np.testing.assert_allclose(res.weights, run(text, Settings(d=16, tau=2, chunk=4)).weights, atol=1e-12)
+    r = invoke("run", text, "--chunk", "4", "--d", "16", "--heads", "2", "--kernel", kernel, "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["settings"]["chunk"] == 4 and doc["settings"]["causal"] is True
+    np.testing.assert_allclose(doc["matrices"]["weights"], res.weights, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["mask", "a b", "--chunk", "0"], "'0' is not valid"),
+        (["run", "a b", "--chunk", "-1"], "'-1' is not valid"),
+        (["run", "a b", "--chunk", "2", "--context", "x y"], "--chunk 2 needs self-attention"),
+        (["mask", "a b", "--chunk", "2", "--context", "x y"], "--chunk 2 needs self-attention"),
+    ],
+)
+def test_bad_chunks_are_one_line_exit_2(args, fragment):
+    r = invoke(*args)
+    assert r.exit_code == 2 and fragment in r.stderr and r.stderr.count("\n") == 1, r.stderr
 
 
 def test_padding_and_custom_and_several_rules_per_cell():
@@ -197,6 +256,7 @@ def test_mask_model_shows_bert_special_tokens_and_removes_nothing(minilm):
     [
         (["--causal"], "--causal"),
         (["--window", "2"], "--window"),
+        (["--chunk", "2"], "--chunk"),
         (["--tokenizer", "bpe"], "--tokenizer"),
         (["--context", "x y"], "--context"),
         (["--mask-file", "m.txt"], "--mask-file"),

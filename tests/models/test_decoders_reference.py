@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from decoders import CASES, attentions, build, float64_everywhere, float64_twin
+from decoders import CASES, attentions, build, float64_everywhere, float64_twin, last_hidden
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
@@ -54,8 +54,7 @@ def test_float32_attention_matches_transformers_eager(name, built, torch):
         assert run.attentions.dtype == np.float32
         for layer, want in enumerate(ref):
             np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{name} layer {layer}")
-        with torch.no_grad():
-            hidden = model.base_model(torch.tensor([ids])).last_hidden_state[0].numpy()
+        hidden = last_hidden(torch, model, ids)
         np.testing.assert_allclose(run.last_hidden_state, hidden, atol=2e-4, rtol=1e-4)
 
 
@@ -67,8 +66,7 @@ def test_float64_attention_matches_a_float64_transformers(name, built, torch, tr
     with float64_everywhere(torch):
         twin = float64_twin(transformers, torch, model)
         ref = attentions(torch, twin, ids)
-        with torch.no_grad():
-            hidden = twin.base_model(torch.tensor([ids])).last_hidden_state[0].numpy()
+        hidden = last_hidden(torch, twin, ids)
     run = ours.forward(ids)
     for layer, want in enumerate(ref):
         assert want.dtype == np.float64

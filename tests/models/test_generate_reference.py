@@ -37,7 +37,8 @@ def reference_generate(torch, model, ids, new):
 @pytest.mark.parametrize("name", ["llama", "llama-tied-bias", "mistral", "qwen2", "gemma2", "gemma3_text", "gpt_neox",
                                   "olmo2", "smollm3", "phi3", "phi3-longrope", "mixtral", "qwen3_moe",
                                   "olmoe", "deepseek_v3", "deepseek_v3-yarn", "deepseek_v3-moe",
-                                  "deepseek_v2-groups", "gpt_oss"])  # fmt: skip
+                                  "deepseek_v2-groups", "gpt_oss", "llama4_text", "llama4_text-list",
+                                  "llama4_text-moe"])  # fmt: skip
 def test_greedy_ids_rows_and_probabilities_match(name, tmp_path, torch, transformers):
     model = build(transformers, torch, name, tmp_path / name)
     ours = load_model(tmp_path / name, dtype="float32")

@@ -1,0 +1,173 @@
+"""Llama 4 (text): Llama with chunked attention, NoPE layers with a query temperature, and a weightless QK-norm.
+
+    RoPE layers (`no_rope_layers` 1):  Q, K rotated, then Q, K / sqrt(mean(x^2) + eps) (`use_qk_norm`, no weight);
+        chunked (`attention_chunk_size` n_ch): query i sees keys t with t // n_ch = i // n_ch and t <= i
+    NoPE layers (0; every 4th by default): no rotation, causal over every earlier key, and the query at position p
+        times log(floor((p + 1) / floor_scale) + 1) attn_scale + 1 (`attn_temperature_tuning`)
+    MLP: the dense layers' SwiGLU is `intermediate_size_mlp` wide, under `feed_forward` in the checkpoint; the
+        `moe_layers` (every `interleave_moe_layer_step`-th) a mixture of experts (models.moe, router topk_sigmoid):
+        z = x W_r^T, the k largest (num_experts_per_tok), g = sigmoid of those, and
+        MoE(x) = sum_j FFN_top_j(g_j x) + FFN_shared(x)     every expert and the shared one `intermediate_size` wide
+        (the experts stored stacked: gate_up_proj [E, d, 2 d_e], down_proj [E, d_e, d])
+
+Llama 4 turns pairs of adjacent dimensions, (x_2k, x_2k+1) as one complex number, where qkv's RoPE turns halves
+(x_k, x_k+d_k/2). The rows of W^q and W^k are reordered per head at load, pairs to halves, as for llama.cpp's files:
+Q and K hold transformers' numbers in another column order, and every score and weight is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+
+from qkv_cli.errors import QkvError
+from qkv_cli.models import decoder, decoder_config
+from qkv_cli.models.config import Param
+from qkv_cli.models.decoder_names import tensor_names as dense_names
+from qkv_cli.models.decoder_params import parameter_table as dense_parameters
+from qkv_cli.models.gguf_map import unpermute
+from qkv_cli.models.layers import ACTIVATIONS, Linear
+from qkv_cli.models.moe import Experts, Moe, MoeLayer
+
+BASE = decoder  # everything else: the shared RoPE decoder
+MODEL_TYPE = "llama4_text"
+PREFIXES = ("model.", "")
+SPEC = decoder_config.Spec(names="llama4", nope=True, sliding="chunk", theta=("rope_theta", 500_000.0))
+
+
+def read_config(keys) -> dict:
+    fields = decoder_config.read(keys, SPEC)
+    try:
+        return _llama4(keys, fields)
+    except QkvError as exc:
+        message = str(exc)
+        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
+
+
+def _llama4(keys, fields: dict) -> dict:
+    n_layers, nope = fields["n_layers"], fields["rope"].no_rope
+    tuning = keys.bool("attn_temperature_tuning", True)
+    temperature = (keys.number("floor_scale", 8192), keys.number("attn_scale", 0.1)) if tuning and nope else None
+    fields["attention"] = replace(
+        fields["attention"], l2_qk_norm=keys.bool("use_qk_norm", True), temperature=temperature
+    )
+    moe = moe_layers(keys, n_layers)
+    if moe:
+        experts, k = keys.int("num_local_experts", 16), keys.int("num_experts_per_tok", 1)
+        if experts < 1 or not 1 <= k <= experts:
+            raise QkvError(f"'num_experts_per_tok' ({k}) must be 1 to 'num_local_experts' ({experts}): a token "
+                           "chooses among the experts")  # fmt: skip
+        width = keys.int("intermediate_size", 8192)  # each expert's, and the shared expert's
+        dense = tuple(l for l in range(n_layers) if l not in moe)
+        o = Moe(experts, k, "topk_sigmoid", d_expert=width, d_shared=width, dense_layers=dense, names="llama4")
+        fields["mlp"] = replace(fields["mlp"], moe=o)
+    fields["d_ff"] = keys.int("intermediate_size_mlp", 16384)  # the dense layers' width
+    return fields
+
+
+def moe_layers(keys, n_layers: int) -> tuple[int, ...]:
+    """`moe_layers`, or every `interleave_moe_layer_step`-th layer (the step-th, 2 step-th ...) as Llama4TextConfig
+    makes the list."""
+    given = keys.get("moe_layers", None)
+    if given is None:
+        step = keys.int("interleave_moe_layer_step", 1)
+        if step < 1:
+            raise QkvError(f"'interleave_moe_layer_step' must be at least 1, got {step}")
+        return tuple(range(step - 1, n_layers, step))
+    if not isinstance(given, list) or any(isinstance(l, bool) or not isinstance(l, int) for l in given):
+        raise QkvError(f"'moe_layers' must list layer indices, got {given!r}")
+    if any(not 0 <= l < n_layers for l in given) or len(set(given)) != len(given):
+        raise QkvError(f"'moe_layers' must list distinct layers of 0..{n_layers - 1}, got {given!r}")
+    return tuple(sorted(given))
+
+
+class PairsToHalves:
+    """The checkpoint's tensors with each head's rows of W^q and W^k (and their biases) reordered from Llama 4's
+    pairs (2k, 2k+1) to the halves (k, k + d_k/2) that qkv's RoPE turns; every other tensor as it is."""
+
+    def __init__(self, w, c):
+        self.w, self.heads = w, {"q_proj": c.n_heads, "k_proj": c.n_kv_heads}
+
+    def __call__(self, key: str):
+        x = self.w(key)
+        parts = key.split(".")
+        heads = self.heads.get(parts[-2]) if len(parts) > 1 and "self_attn" in parts else None
+        return x if heads is None else unpermute(x, heads)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.w
+
+    def __getattr__(self, name):  # nbytes, rows ...: the checkpoint's own
+        return getattr(self.w, name)
+
+
+def dense(c):  # the config with its MoE layers as dense ones: what the shared decoder names and counts
+    return replace(c, mlp=replace(c.mlp, moe=None))
+
+
+def is_moe(c, layer: int) -> bool:
+    return c.mlp.moe is not None and layer not in c.mlp.moe.dense_layers
+
+
+def tensor_names(c) -> dict:
+    """The shared decoder's tensor names (name -> (shape, role)), a MoE layer's feed_forward replaced by the router
+    (role l.moe.router.w), the stacked experts (l.moe.gate_up, l.moe.down) and the shared expert (l.moe.shared.*)."""
+    out = dense_names(dense(c))
+    if c.mlp.moe is None:
+        return out
+    E, de, d = c.mlp.moe.experts, c.mlp.moe.d_expert, c.d
+    for l in range(c.n_layers):
+        if not is_moe(c, l):
+            continue
+        p, r = f"layers.{l}.feed_forward.", f"{l}.moe."
+        for x in ("gate", "up", "down"):
+            out.pop(f"{p}{x}_proj.weight")
+        out |= {p + "router.weight": ((E, d), r + "router.w"),
+                p + "experts.gate_up_proj": ((E, d, 2 * de), r + "gate_up"),
+                p + "experts.down_proj": ((E, de, d), r + "down"),
+                p + "shared_expert.gate_proj.weight": ((de, d), r + "shared.gate"),
+                p + "shared_expert.up_proj.weight": ((de, d), r + "shared.up"),
+                p + "shared_expert.down_proj.weight": ((d, de), r + "shared.down")}  # fmt: skip
+    return out
+
+
+def tensor_shapes(c) -> dict:
+    return {name: shape for name, (shape, _) in tensor_names(c).items()}
+
+
+def fixed_keys(c) -> list[str]:
+    return decoder.fixed_keys(dense(c))
+
+
+def prepare(w, c, dtype):
+    """The shared decoder's prepare, over the tensors with W^q and W^k in halves (see PairsToHalves), each MoE layer
+    built by prepare_block."""
+    return decoder.prepare(PairsToHalves(w, c), c, dtype, tensor_names(c), prepare_block)
+
+
+def prepare_block(w, c, names: dict, l: int):
+    """Layer l as the shared decoder builds it; a MoE layer's router, experts (views of the stacked tensors, in
+    models.moe.Experts' [E, out, in] order) and shared expert added."""
+    r = f"{l}.moe."
+    blk = decoder.prepare_block(w, c, {k: v for k, v in names.items() if not k.startswith(r)}, l)
+    if r + "router.w" not in names:
+        return blk
+    act, de = ACTIVATIONS[c.activation], c.mlp.moe.d_expert
+    gate_up, down = w(names[r + "gate_up"]), w(names[r + "down"])  # [E, d, 2 d_e], [E, d_e, d]
+    T = (0, 2, 1)
+    experts = Experts(gate_up[..., :de].transpose(T), gate_up[..., de:].transpose(T), down.transpose(T), act)
+    shared = Experts(*(w(names[r + "shared." + x])[None] for x in ("gate", "up", "down")), act)
+    router = Linear(w(names[r + "router.w"]), None, out_in=True)
+    return replace(blk, up=None, gate=None, down=None, moe=MoeLayer(router, experts, partial(shared, 0)))
+
+
+def parameter_table(c) -> list[Param]:
+    """The shared decoder's table (the router and the routed experts included) and each MoE layer's shared expert."""
+    out = dense_parameters(c)
+    o = c.mlp.moe
+    if o is None:
+        return out
+    L, d, de = c.n_layers - len(o.dense_layers), c.d, o.d_shared
+    return out + [Param("W_gate_shared", "W_gate^s", (d, de), L, "shared expert gate (every token)"),
+                  Param("W_up_shared", "W_up^s", (d, de), L, "shared expert expansion"),
+                  Param("W_down_shared", "W_down^s", (de, d), L, "shared expert projection back to d")]  # fmt: skip
