@@ -123,7 +123,9 @@ def _read(keys, spec: Spec) -> dict:
         "norm_eps": keys.number(spec.eps, 1e-6),
         "activation": activation(keys, spec.act),
         "head_dim": head_dim,
-        "attention": Attention(float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap, chunk),
+        "attention": Attention(
+            float(scale) ** -0.5, qkv_bias, o_bias, spec.qk_norm, types, window, softcap, chunk_size=chunk
+        ),
         "rope": Positions(found, nope),
         "mlp": Mlp(spec.names != "neox", mlp_bias, parallel, moe),
         "norms": Norms(spec.norm, spec.layout),
