@@ -81,10 +81,12 @@ def main() -> None:
 
 def _text_of(model, ids) -> str:
     """A text of at most len(ids) tokens (decoding random ids and tokenizing again gives more: merges differ)."""
+    from qkv_cli.text.tokens import encode
+
     k = len(ids)
     while True:
         words = model.tokenizer.decode([int(i) for i in ids[:k]])
-        excess = len(model.tokenize(words).ids) - len(ids)
+        excess = len(encode(model.tokenizer, words).ids) - len(ids)
         if excess <= 0:
             return words
         k -= excess
