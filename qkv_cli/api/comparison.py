@@ -117,6 +117,14 @@ class Comparison:
 
         return draw(self.result, head)
 
+    def page(self, head: int | None = None, top: int = 10):
+        """The comparison's offline page (``qkv compare --page``): a ``Page`` that shows itself in a notebook and
+        ``.save(path)``s."""
+        from qkv_cli.api.show import Page
+        from qkv_cli.views.compare_page import render
+
+        return Page(render(self.result, head, top))
+
     def __repr__(self) -> str:
         al = self.result.alignment
         return f"<qkv comparison of two {self.result.mode}: m_A={al.m_a} m_B={al.m_b}, {len(al.a)} aligned>"

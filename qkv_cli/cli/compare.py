@@ -45,6 +45,11 @@ CompareOutOpt = Annotated[
     typer.Option("--out", "-o", metavar=PATH, help="Also draw A, B and B - A (a diverging colour map) to this image: "
                  ".png, .svg or .pdf."),
 ]  # fmt: skip
+ComparePageOpt = Annotated[
+    str | None,
+    typer.Option("--page", metavar=PATH, help="Also write one offline HTML page: A and B, the figure of B - A, the "
+                 "heads that moved most, and A's and B's interactive pages side by side (.html)."),
+]  # fmt: skip
 CompareTopOpt = Annotated[
     int, typer.Option("--top", min=1, help="Heads in the table of those that moved most (JSON: every head).")
 ]
@@ -56,7 +61,7 @@ MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None)]
 def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, layer: CompareLayerOpt = None,
             head: CompareHeadOpt = None, download: DownloadOpt = False, precision: PrecisionOpt = 2,
             format: TableJsonOpt = TableJson.table, top: CompareTopOpt = 10, save_npz: SaveNpzOpt = None,
-            out: CompareOutOpt = None):  # fmt: skip
+            out: CompareOutOpt = None, page: ComparePageOpt = None):  # fmt: skip
     """Compare attention weights: two texts on one model (qkv compare A B --model M), or one text on two models
     that share a tokenizer (qkv compare TEXT --model M1 --model M2). Prints A's and B's weights side by side, their
     difference B - A at the aligned token positions, and the heads that moved most.
@@ -73,6 +78,10 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
         from qkv_cli.views.figures import check_image_path
 
         check_image_path(out)
+    if page is not None:
+        from qkv_cli.views.html import check_page_path
+
+        check_page_path(page)
     values = vars(opts) | {"layer": layer[0] if layer else None}
     cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download)
     from qkv_cli.cli.commands import noted
@@ -83,3 +92,7 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
         from qkv_cli.views.compare_figure import save
 
         typer.echo(f"saved {save(cmp, out, head)}", err=True)
+    if page is not None:
+        from qkv_cli.views.compare_page import save as save_page
+
+        typer.echo(save_page(cmp, page, head, top), err=True)

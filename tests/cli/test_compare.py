@@ -169,6 +169,7 @@ def test_npz_and_figure(tmp_path, in_tmp):
         ([CAT, DOG, "--head", "9", *SMALL], ["head 9 does not exist", "0..3"]),
         ([CAT, DOG, "--out", "c.txt"], [".png, .svg, .pdf"]),
         ([CAT, DOG, "--top", "0"], ["--top"]),
+        ([CAT, DOG, "--page", "c.png"], [".html"]),
     ],
 )
 def test_refusals_are_one_line(args, fragments, in_tmp):
@@ -221,3 +222,24 @@ def test_through_the_entry_point_in_a_subprocess():
     done = subprocess.run(args, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert json.loads(done.stdout)["alignment"]["differing"] == [1]
+
+
+def test_the_page_holds_both_runs_pages_and_the_figure(tmp_path):
+    """--page: one offline file with the header, the B - A figure as an inline PNG, the moved heads and A's and B's
+    own pages (each the page qkv view writes of that run, in an iframe's srcdoc); the API's page() is the same."""
+    import base64
+    import html
+    import re
+
+    page = tmp_path / "c.html"
+    r = invoke(["compare", CAT, BIG_DOG, *SMALL, "--page", str(page)])
+    assert r.exit_code == 0, r.output
+    assert f"wrote {page}" in r.stderr and "A and B side by side" in r.stderr
+    text = page.read_text(encoding="utf-8")
+    frames = re.findall(r'srcdoc="([^"]*)"', text)
+    assert len(frames) == 2 and all("window.qkvView" in html.unescape(f) for f in frames)
+    png = re.search(r'src="data:image/png;base64,([^"]+)"', text).group(1)
+    assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "left out" in text and "http" not in text.replace("http-equiv", "")  # the alignment; nothing fetched
+    api = qkv.compare(CAT, BIG_DOG, d=32, heads=4).page()
+    assert api.html == text and 'srcdoc="' in api._repr_html_()
