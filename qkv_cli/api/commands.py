@@ -139,11 +139,9 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
     predict, logit_lens, chat : next-token predictions, the logit lens, the model's chat template.
     target, attention : an encoder-decoder (T5, BART, Marian): the decoder's text, teacher-forced, and which
         attention ``attentions`` holds: "encoder" (n x n), "decoder" (m x m, causal) or "cross" (m x n, default).
+    system, no_system, chat_template : a system message, an empty one (no default system prompt), or a Jinja file
+        instead of the checkpoint's own template (each implies ``chat``, as the CLI's options do).
     band : with ``window``, a long text keeps only the band (tau, m, n_c).
-
-    ``chat`` wraps the text in the model's chat template; ``system`` adds a system message, ``no_system`` an empty
-    one (no default system prompt), ``chat_template`` a Jinja file instead of the checkpoint's own (each implies
-    ``chat``, as ``--system``, ``--no-system`` and ``--chat-template`` do).
 
     Returns
     -------
