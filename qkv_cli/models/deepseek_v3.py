@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from functools import partial
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models import decoder, decoder_config, deepseek_moe
@@ -112,17 +111,7 @@ def parameter_table(c: ModelConfig) -> list[Param]:
 
 def prepare(w, c: ModelConfig, dtype) -> decoder.Params:
     """As the shared decoder: each layer's block built on first use (models.stream), a MoE layer's experts too."""
-    import numpy as np
-
-    from qkv_cli.models.stream import Layers, RowMatrix
-
-    names = {role: name for name, (_, role) in tensor_names(c).items()}
-    itemsize = np.dtype(dtype).itemsize
-    per_layer = [[n for role, n in names.items() if role.startswith(f"{l}.")] for l in range(c.n_layers)]
-    blocks = Layers(partial(prepare_block, w, c, names), c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
-    E = RowMatrix(w, names["embed"], (c.vocab_size, c.d), dtype)
-    head = RowMatrix(w, "__head__", (c.vocab_size, c.d), dtype) if "__head__" in w else E if c.embeddings.tied else None
-    return decoder.Params(E, blocks, decoder.Norm(w(names["final.w"]), None, c.norm_eps), head)
+    return decoder.prepare(w, c, dtype, tensor_names(c), prepare_block)
 
 
 def prepare_block(w, c: ModelConfig, names: dict, l: int):
