@@ -255,3 +255,10 @@ def float64_twin(transformers, torch, model):
                                                          dtype=torch.float64)  # fmt: skip
     twin.load_state_dict(model.state_dict())
     return twin.eval()
+
+
+def ids_for(m: int, seed: int) -> list[int]:
+    """m random token ids of the tiny vocabulary (3..1399), the same for every test that gives the seed."""
+    import numpy as np
+
+    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]

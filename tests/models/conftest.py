@@ -1,4 +1,5 @@
-"""Fixtures: tiny checkpoints of the families that need no PyTorch to write."""
+"""Fixtures: tiny checkpoints of the families that need no PyTorch to write, and `built`: tiny models of
+tests/decoders.py made and saved by transformers (reference tests; a module may define its own)."""
 
 import pytest
 from tiny import FAMILIES, make_checkpoint
@@ -17,3 +18,22 @@ def tiny_bert(tmp_path):
 @pytest.fixture
 def tiny_gpt2(tmp_path):
     return make_checkpoint(tmp_path / "tiny-gpt2", "gpt2")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """name -> (folder, transformers model), built once per test module."""
+    from decoders import build
+    from helpers import reference_import
+
+    torch = reference_import("torch")
+    transformers = reference_import("transformers")
+    out = {}
+
+    def get(name):
+        if name not in out:
+            folder = tmp_path_factory.mktemp(name)
+            out[name] = (folder, build(transformers, torch, name, folder))
+        return out[name]
+
+    return get

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 import pytest
-from decoders import CASES, attentions, build, float64_everywhere, float64_twin, last_hidden
+from decoders import CASES, attentions, float64_everywhere, float64_twin, ids_for, last_hidden
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
@@ -19,28 +19,6 @@ from qkv_cli.models import load_model
 
 pytestmark = pytest.mark.reference
 LENGTHS = (1, 7, 19)  # windows are 4-6 tokens: the longer texts cross them
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    """name -> (folder, transformers model), built once per test module."""
-    from helpers import reference_import
-
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    out = {}
-
-    def get(name):
-        if name not in out:
-            folder = tmp_path_factory.mktemp(name)
-            out[name] = (folder, build(transformers, torch, name, folder))
-        return out[name]
-
-    return get
-
-
-def ids_for(m: int, seed: int) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin
+from decoders import attentions, build, float64_everywhere, float64_twin, ids_for
 from gguf_convert_deepseek import convert
 from helpers import reference_import
 
@@ -42,10 +42,6 @@ def files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def made(files):
     return files("deepseek_v3")
-
-
-def ids_for(m: int, seed: int) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
 
 
 def test_the_file_holds_llama_cpps_layout_and_qkv_reads_mla_back(made):

@@ -16,7 +16,7 @@ import copy
 
 import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin, reference_routing
+from decoders import attentions, build, float64_everywhere, float64_twin, ids_for, reference_routing
 from gguf_convert import as_stored, convert, expressible, permute
 from helpers import reference_import
 
@@ -96,10 +96,6 @@ def turning_as_the_file(torch, twin, path) -> None:
     default, _ = rotary.compute_default_rope_parameters(twin.config)  # float64 inside float64_everywhere
     assert default.dtype == torch.float64 and default.shape == factors.shape
     rotary.inv_freq = default / torch.from_numpy(factors)
-
-
-def ids_for(m: int, seed: int) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
 
 
 def logits_of(ours, run):

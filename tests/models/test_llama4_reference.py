@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from decoders import attentions, build
+from decoders import attentions, build, ids_for
 from helpers import chunk_allowed
 from typer.testing import CliRunner
 
@@ -26,10 +26,6 @@ def llama4(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("llama4")
     return folder, build(reference_import("transformers"), reference_import("torch"), "llama4_text", folder)
-
-
-def ids_for(m: int, seed: int) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
 
 
 def copy_with(folder, tmp_path, changes: dict, weights: bool = True):

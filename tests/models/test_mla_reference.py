@@ -8,34 +8,13 @@ import json
 
 import numpy as np
 import pytest
-from decoders import build
+from decoders import ids_for
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
 from qkv_cli.models import load_model
 
 pytestmark = pytest.mark.reference
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    from helpers import reference_import
-
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    out = {}
-
-    def get(name):
-        if name not in out:
-            folder = tmp_path_factory.mktemp(name)
-            out[name] = (folder, build(transformers, torch, name, folder))
-        return out[name]
-
-    return get
-
-
-def ids_for(m: int, seed: int) -> list[int]:
-    return [int(i) for i in np.random.default_rng(seed).integers(3, 1400, m)]
 
 
 def copy_with(folder, tmp_path, changes: dict, weights: bool = True):
