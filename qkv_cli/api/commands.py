@@ -96,13 +96,23 @@ def _chat(system, no_system, chat_template) -> dict:
             "chat_template": None if chat_template is None else str(chat_template)}  # fmt: skip
 
 
-def wrap(result, model=None, **run) -> Output:
-    """The API class for a pipeline Result, by its kind (api.results)."""
+def execute(req, model=None, on_token=None) -> Output:
+    """Run a checked pipeline Request (on the loaded ``model``, or seeded random weights) and wrap its Result: the
+    one step behind ``qkv.run``, ``generate``, ``attribute`` and the CLI's commands that print, draw or write it.
+    on_token(t, id): called as a generation writes each token."""
+    from qkv_cli.pipeline.compute import compute
+
+    return wrap(compute(req, model, on_token=on_token), model, request=req)
+
+
+def wrap(result, model=None, request=None) -> Output:
+    """The API class for a pipeline Result, by its kind (api.results); request: what a ModelRun runs again for a
+    layer it did not keep."""
     from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun
     from qkv_cli.core.result import Kind
 
     if result.kind == Kind.MODEL:
-        return ModelRun(result, model, **run)
+        return ModelRun(result, model, request if model is not None else None)
     classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
                Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
     return classes[result.kind](result, model)
@@ -154,18 +164,13 @@ def run(text: str | None = None, model: ModelArg = None, *, heads: int | None = 
 
     Raises ``QkvError`` on bad input, with the CLI's one-line message.
     """
-    from qkv_cli.pipeline.compute import compute
-
     given = dict(tau=heads, d=d, causal=causal, window=window, scale=scale, kv_heads=kv_heads, positions=positions,
                  projection=projection, tokenizer=tokenizer, seed=seed, kernel=kernel, dtype=dtype, context=context,
                  ablate=ablate, ablate_with=ablate_with, layer=layer, max_memory=max_memory, chat=chat,
                  predict=predict, logit_lens=logit_lens, file=file, rows=rows, target=target, attention=attention,
                  chunk=chunk, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), band=band, narrow=True)
-    result = compute(req, loaded)
-    if loaded is None:
-        return wrap(result)
-    return wrap(result, loaded, request=req)
+    return execute(req, loaded)
 
 
 @owning_float_errors
@@ -188,8 +193,6 @@ def generate(text: str | None = None, model: ModelArg = None, *, max_new_tokens:
         and ``step_attentions`` (steps, L, tau, n): a decoder's writing query over every earlier token, through
         the NumPy KV cache; an encoder-decoder's cross-attention over the n source tokens (the alignment).
     """
-    from qkv_cli.pipeline.compute import compute
-
     if model is None:
         raise QkvError("generate needs model=: a decoder checkpoint (see qkv models)")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
@@ -201,7 +204,7 @@ def generate(text: str | None = None, model: ModelArg = None, *, max_new_tokens:
     given = dict(seed=seed, kernel=kernel, dtype=dtype, max_memory=max_memory, chat=chat,
                  temperature=float(temperature), top_k=top_k, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, DEFAULT_PROMPT, "float32", generate=max_new_tokens)
-    return wrap(compute(req, loaded), loaded)
+    return execute(req, loaded)
 
 
 @owning_float_errors
@@ -228,10 +231,8 @@ def attribute(text: str | None = None, model: ModelArg = None, *, method: str = 
     Attribution : ``attribution`` (m, n), ``weights`` (tau, m, n), ``attribution_heads`` and ``value_norms``
         where the method has them, ``received()``.
     """
-    from qkv_cli.pipeline.compute import compute
-
     given = dict(tau=heads, d=d, causal=causal, window=window, kv_heads=kv_heads, seed=seed, kernel=kernel,
                  dtype=dtype, context=context, layer=layer, max_memory=max_memory, target=target,
                  attention=attention, chat=chat, **_chat(system, no_system, chat_template))  # fmt: skip
     req, loaded = _request(text, model, given, _sample(), method=method, head_fusion=head_fusion)
-    return wrap(compute(req, loaded), loaded)
+    return execute(req, loaded)

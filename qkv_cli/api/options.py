@@ -60,15 +60,16 @@ def chat_of(values: dict):
     return Chat(system=values.get("system"), no_system=no_system, template_file=template)
 
 
-def size_of(value) -> int | None:
-    """--max-memory as bytes: None, a whole number of bytes, or a size such as '12GB' / '800MiB'."""
+def size_of(value, name: str = "max_memory") -> int | None:
+    """--max-memory (or another size, by its keyword name) as bytes: None, a whole number of bytes, or a size such
+    as '12GB' / '800MiB'."""
     from qkv_cli.core.budget import parse_size
 
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise QkvError(f"max_memory must be a size such as '12GB' or a number of bytes, got {type(value).__name__}")
-    return parse_size(str(value))
+        raise QkvError(f"{name} must be a size such as '12GB' or a number of bytes, got {type(value).__name__}")
+    return parse_size(str(value), "--max-memory" if name == "max_memory" else name)
 
 
 def request(values: dict, text=None, default=None, **extra):

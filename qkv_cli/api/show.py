@@ -71,8 +71,7 @@ def heatmap(x: Any, tokens: Sequence[str] | None = None, *, layer: int | Sequenc
     if _is_result(x):
         if tokens is not None or key_tokens is not None or masked is not None:
             raise QkvError("tokens, key_tokens and masked are for raw weights: a result has its own")
-        with styled(look):
-            return _shown(_of_result(x, layer, heads, scale))
+        return figure(*_of_result(x, layer, heads), scale, look)
     if layer is not None:
         raise QkvError("layer is for a checkpoint's result: raw weights are one layer")
     with styled(look):
@@ -83,11 +82,21 @@ def _is_result(x) -> bool:  # an api.results.Output (not imported here: results 
     return hasattr(x, "result") and isinstance(getattr(x, "kind", None), str)
 
 
-def _of_result(x, layer, heads, scale):
+def figure(result, heads: list[int], layer: int | None, scale: str, look) -> Figure:
+    """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.style
+    FigureStyle): what ``heatmap`` returns and ``qkv heatmap`` saves."""
+    from qkv_cli.views.run import heatmap_figure
+    from qkv_cli.views.style import styled
+
+    with styled(look):
+        return _shown(heatmap_figure(result, heads, layer, scale))
+
+
+def _of_result(x, layer, heads):
+    """(the Result to draw, its checked heads, the layer given or None) for heatmap's keywords."""
     from dataclasses import replace
 
     from qkv_cli.core.result import Kind
-    from qkv_cli.views.run import heatmap_figure
 
     r = x.result
     at = None
@@ -112,7 +121,7 @@ def _of_result(x, layer, heads, scale):
         chosen_heads = attributed_heads(r.method, None if heads is None else chosen_heads, chosen_heads)
     if r.kind == Kind.BATCH:
         raise QkvError("a batch has one figure per sentence: heatmap each of result.items")
-    return heatmap_figure(r, chosen_heads, at, scale)
+    return r, chosen_heads, at
 
 
 def _of_arrays(x, tokens, key_tokens, heads, scale, masked):
@@ -150,17 +159,19 @@ class Page:
     """The offline page ``qkv view`` writes: ``.html`` (the whole page), ``.save(path)``, and inline display in
     a notebook (an iframe whose ``srcdoc`` holds the page, so its script and styles stay contained)."""
 
-    def __init__(self, html: str):
+    def __init__(self, html: str, holds: str = ""):
         self.html = html
+        self.holds = holds  # what the page holds, in words: "6 layers x 12 heads x 9 x 9, 12-bit weights"
 
-    def save(self, path) -> str:
-        """Write the page atomically (.html or .htm); returns the path."""
-        from qkv_cli.views.files import atomic_write
-        from qkv_cli.views.html import check_page_path
+    def save(self, path, max_size: int | str | None = None) -> str:
+        """Write the page atomically (.html or .htm), refusing one above ``max_size`` (bytes or a size such as
+        "200MB"; default 100 MB, as ``qkv view --max-page-size``); returns the path."""
+        from qkv_cli.api.options import size_of
+        from qkv_cli.views.html import MAX_PAGE, check_page_path, write_page
 
         check_page_path(path)
-        with atomic_write(path) as handle:
-            handle.write(self.html.encode("utf-8"))
+        limit = size_of(max_size, "max_size")
+        write_page(self.html, self.holds, path, MAX_PAGE if limit is None else limit, "max_size")
         return str(path)
 
     def _repr_html_(self) -> str:
@@ -180,7 +191,7 @@ def page(x: Any, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
     ``layer``: a generation's layer shown first (default the last)."""
-    from qkv_cli.views.html import render
+    from qkv_cli.views.html import rendered
 
     if not _is_result(x):
         raise QkvError(f"page takes a result of qkv.run, generate or attribute, got {type(x).__name__}")
@@ -193,7 +204,7 @@ def page(x: Any, *, layer: int | None = None) -> Page:
         options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, L)}
     elif layer is not None:
         raise QkvError("layer is for a generation's page: a run's page shows every layer it kept")
-    return Page(render(x.result, **options))
+    return Page(*rendered(x.result, **options))
 
 
 @owning_float_errors

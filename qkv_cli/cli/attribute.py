@@ -35,9 +35,9 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
     """How much each key moves each query, beside the raw weights: rollout, value norms or value zeroing.
 
     --layer L (default the last) is the layer attributed (rollout: up to it). With no TEXT, a sample sentence."""
+    from qkv_cli.api.commands import execute
     from qkv_cli.cli.commands import noted, prepare, sample
     from qkv_cli.pipeline.attribution import attributed_heads
-    from qkv_cli.pipeline.compute import compute
     from qkv_cli.views.files import check_output_path
     from qkv_cli.views.run import emit
 
@@ -46,4 +46,5 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
     req = request(opts, text, sample(), method=(method or VALUE_NORM).value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
-    emit(noted(compute(req, model)), None, attributed_heads(req.method, head, heads), precision, format.value, save_npz)
+    shown = attributed_heads(req.method, head, heads)
+    emit(noted(execute(req, model).result), None, shown, precision, format.value, save_npz)

@@ -112,7 +112,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
 
     With no TEXT and no --file, uses a built-in sample sentence."""
-    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.api.commands import execute
     from qkv_cli.views.files import check_output_path
     from qkv_cli.views.run import emit
 
@@ -129,7 +129,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
         from dataclasses import replace
 
         req = replace(req, heads=tuple(heads))
-    emit(noted(compute(req, model)), names, heads, precision, format.value, save_npz)
+    emit(noted(execute(req, model).result), names, heads, precision, format.value, save_npz)
 
 
 ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.SCALES (a test checks)
@@ -150,11 +150,10 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
 
     With --method, the layer's weights beside that attribution (see qkv attribute)."""
+    from qkv_cli.api.commands import execute
+    from qkv_cli.api.show import figure
     from qkv_cli.pipeline.attribution import attributed_heads
-    from qkv_cli.pipeline.compute import compute
-    from qkv_cli.views.figures import check_image_path
-    from qkv_cli.views.run import save_heatmap
-    from qkv_cli.views.style import styled
+    from qkv_cli.views.figures import check_image_path, save_figure
 
     look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
     req = request(opts, text, sample(), band=True, method=method and method.value,
@@ -165,9 +164,10 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
-    result = noted(compute(req, model))
-    with styled(look):
-        typer.echo(save_heatmap(result, heads, out, layer=at, scale=color_scale.value))
+    run = execute(req, model)
+    noted(run.result)
+    save_figure(figure(run.result, heads, at, color_scale.value, look), out)
+    typer.echo(out)
 
 
 @app.command(epilog="Example: qkv shapes --d 512 --tau 8 --m 30")
@@ -200,14 +200,14 @@ def explain(text: TextArg = None, *, opts: Opts,
 
     With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
     biases included."""
-    from qkv_cli.pipeline.compute import compute
+    from qkv_cli.api.commands import execute
     from qkv_cli.views.explain import emit
 
     if opts.layer and len(set(opts.layer)) > 1:
         raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
     req = request(opts, text, sample("short"))
     model, _ = prepare(req, [head])
-    emit(noted(compute(req, model)).first_layer(), head, query, precision, format.value)
+    emit(noted(execute(req, model).result).first_layer(), head, query, precision, format.value)
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")

@@ -53,7 +53,8 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
                  "are.")] = False, quiet: QuietOpt = False):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
-    from qkv_cli.pipeline.compute import compute, load_model
+    from qkv_cli.api.commands import execute
+    from qkv_cli.pipeline.compute import load_model
     from qkv_cli.views.files import check_output_path
     from qkv_cli.views.generate import emit
 
@@ -84,7 +85,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written (no progress line)
         req = dataclasses.replace(req, progress=None)
     try:
-        result = compute(req, loaded, on_token=stream)
+        result = execute(req, loaded, on_token=stream).result
     finally:
         clear_progress(req.progress)
     if stream is not None:

@@ -26,23 +26,26 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     a model view of every layer and head, a matrix view with each cell's numbers. With no TEXT, a sample.
 
     With --generate N, what each written token read; with --method, the layer's weights beside that attribution."""
+    from qkv_cli.api.commands import execute
+    from qkv_cli.api.show import page
     from qkv_cli.core.budget import parse_size
-    from qkv_cli.pipeline.compute import compute
-    from qkv_cli.views.html import check_page_path, save_page
+    from qkv_cli.views.html import check_page_path, write_page, written
 
     check_page_path(out)
     limit = parse_size(max_page_size, "--max-page-size")
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
-    options = {}
-    if req.generate and model is not None:  # a generation does not record G, nor which layer to show first
+    first = opts.layer[0] if opts.layer and req.generate else None  # the layer a generation's page shows first
+    if first is not None and model is not None:  # checked before the model writes
         from qkv_cli.models import check_layer
 
-        L = getattr(model, "dec_layers", model.config.n_layers)  # an encoder-decoder writes with its decoder
-        layer = check_layer(opts.layer[0], L) if opts.layer else None
-        options = {"kv_heads": model.config.G, "layer": layer}
-    typer.echo(save_page(noted(compute(req, model)), out, limit, **options), err=True)
+        check_layer(first, getattr(model, "dec_layers", model.config.n_layers))
+    run = execute(req, model)
+    noted(run.result)
+    shown = page(run, layer=first)
+    write_page(shown.html, shown.holds, out, limit)
+    typer.echo(written(out, shown.html, shown.holds), err=True)
     if open_:
         import webbrowser
 

@@ -200,11 +200,11 @@ def human(n: float) -> str:
     return size(n)
 
 
-def save_heatmap(r: Result, heads, path, scale: str = "linear") -> str:
+def heatmap_figure(r: Result, heads, scale: str = "linear"):
     """Panels: the layer's weights (mean over heads), the attribution (rows as shares), per head with --head."""
     from qkv_cli.views.captions import mask_words
     from qkv_cli.views.describe import settings_line
-    from qkv_cli.views.figures import draw_grid, save_figure
+    from qkv_cli.views.figures import draw_grid
 
     panels = [
         (f"alpha, layer {layer_of(r)}, mean over heads", r.weights.mean(axis=0), r.masked),
@@ -217,5 +217,4 @@ def save_heatmap(r: Result, heads, path, scale: str = "linear") -> str:
     fig = draw_grid(panels, r.labels, r.key_labels, title, describe(r) + "; " + mask_words(r), scale,
                     settings=describe(r) + "; " + settings_line(r))  # fmt: skip
     fig.axes[-1].set_ylabel("weight / attribution share (rows sum to 1)", fontsize=10)
-    save_figure(fig, path)
-    return str(path)
+    return fig

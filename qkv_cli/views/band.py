@@ -65,15 +65,13 @@ def emit(result, show, heads, precision, fmt, save_npz=None) -> None:
         print(f"saved {save(export.band_arrays(result), save_npz)}", file=sys.stderr)
 
 
-def save_heatmap(result, heads, path, scale: str = "linear") -> str:
+def heatmap_figure(result, heads, scale: str = "linear"):
     """One panel per head: queries on rows, the window's slots on columns (oldest key left, self right)."""
     from qkv_cli.views.captions import subtitle
-    from qkv_cli.views.figures import draw_grid, save_figure
+    from qkv_cli.views.figures import draw_grid
 
     n_c = result.band.shape[-1]
     cols = [f"i-{n_c - 1 - t}" if t < n_c - 1 else "i" for t in range(n_c)]
     panels = [(f"head {j}", result.band[j], result.band_keys < 0) for j in heads]
     title = figure_title(result, heads)
-    fig = draw_grid(panels, result.labels, cols, title, subtitle(result, heads), scale, settings=settings_line(result))
-    save_figure(fig, path)
-    return str(path)
+    return draw_grid(panels, result.labels, cols, title, subtitle(result, heads), scale, settings=settings_line(result))

@@ -8,7 +8,6 @@ panels; a short title, the settings in a smaller wrapped subtitle and in the fil
 
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import textwrap
@@ -251,30 +250,12 @@ def draw_model_view(attentions, heads, masked, title, kinds=None, subtitle="", s
     return fig
 
 
-_KEPT: list = []  # inside kept(): the figures save_figure was given, not written
-
-
-@contextlib.contextmanager
-def kept():
-    """Inside the block, save_figure keeps each figure in the yielded list instead of writing it: how the Python
-    API gets the very figure a command would save."""
-    got: list = []
-    _KEPT.append(got)
-    try:
-        yield got
-    finally:
-        _KEPT.remove(got)
-
-
 def save_figure(fig, path) -> None:
     """Draw to PNG, SVG (editable text) or PDF, with the title and settings in the file's metadata."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from qkv_cli.views.fonts import tell
 
-    if _KEPT:
-        _KEPT[-1].append(fig)
-        return
     p = check_output_path(path, FORMATS)
     kind = p.suffix.lower().lstrip(".")
     title, settings = getattr(fig, "qkv_meta", ("", ""))

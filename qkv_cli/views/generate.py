@@ -159,9 +159,9 @@ def arrays(gen: Result) -> dict:
             "prompt_len": np.int64(gen.prompt_len), "model": np.array(gen.model.name)}  # fmt: skip
 
 
-def save_heatmap(gen: Result, heads, path, layer: int | None = None, scale: str = "linear") -> str:
+def heatmap_figure(gen: Result, heads, layer: int | None = None, scale: str = "linear"):
     """Rows: the written tokens; columns: every token so far; a cell is what the writing query gave that key."""
-    from qkv_cli.views.figures import draw_grid, save_figure
+    from qkv_cli.views.figures import draw_grid
 
     w = focus(gen, layer, heads)
     steps, n = w.shape
@@ -173,7 +173,5 @@ def save_heatmap(gen: Result, heads, path, layer: int | None = None, scale: str 
     )
     title = f"{clean(gen.model.name)}: what each written token read"
     subtitle = f"rows: the {steps} tokens written, columns: every token before them; {which}"
-    fig = draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale,
-                    settings=f"{subtitle}; kernel={gen.kernel}")  # fmt: skip
-    save_figure(fig, path)
-    return str(path)
+    return draw_grid([("", w, masked)], rows, gen.labels[:n], title, subtitle, scale,
+                     settings=f"{subtitle}; kernel={gen.kernel}")  # fmt: skip

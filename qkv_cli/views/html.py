@@ -200,6 +200,12 @@ def render(result: Result, **options) -> str:
     return render_doc(page_data(result, **options))
 
 
+def rendered(result: Result, **options) -> tuple[str, str]:
+    """The whole page and what it holds (contents), for a page saved later (api.show.Page)."""
+    doc = page_data(result, **options)
+    return render_doc(doc), contents(doc)
+
+
 def contents(doc: dict) -> str:
     """What the page holds, for the line qkv view prints: "30 layers x 9 heads x 551 x 551, 8-bit weights"."""
     s = doc["sentences"][0]
@@ -219,15 +225,29 @@ def contents(doc: dict) -> str:
 def save_page(result: Result, path, max_bytes: int = MAX_PAGE, **options) -> str:
     """Write the page atomically, unless it would exceed max_bytes; return the one line qkv view prints (its
     size and what it holds). options: see page_data."""
+    doc = page_data(result, **options)
+    page, holds = render_doc(doc), contents(doc)
+    write_page(page, holds, path, max_bytes)
+    return written(path, page, holds)
+
+
+def written(path, page: str, holds: str) -> str:
+    """The line qkv view prints: the page's size and what it holds (contents)."""
+    from qkv_cli.core.budget import human
+
+    return f"wrote {path} ({human(len(page.encode('utf-8')))}: {holds}; open it in a browser)"
+
+
+def write_page(page: str, holds: str, path, max_bytes: int = MAX_PAGE, option: str = "--max-page-size") -> None:
+    """Write a rendered page atomically, unless it exceeds max_bytes (holds: what it holds; option: the limit's
+    name, both for the refusal)."""
     from qkv_cli.core.budget import human
     from qkv_cli.views.files import atomic_write
 
-    doc = page_data(result, **options)
-    data = render_doc(doc).encode("utf-8")
+    data = page.encode("utf-8")
     if len(data) > max_bytes:
-        raise QkvError(f"the page would be {human(len(data))} ({contents(doc)}), more than --max-page-size "
+        raise QkvError(f"the page would be {human(len(data))} ({holds}), more than {option} "
                        f"{human(max_bytes)}: keep fewer tokens (--file with less text), or raise the limit, "
-                       f"e.g. --max-page-size {human(2 * len(data)).replace(' ', '')}")  # fmt: skip
+                       f"e.g. {option} {human(2 * len(data)).replace(' ', '')}")  # fmt: skip
     with atomic_write(path) as handle:
         handle.write(data)
-    return f"wrote {path} ({human(len(data))}: {contents(doc)}; open it in a browser)"

@@ -51,9 +51,10 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
         print(f"saved {save(export.layer_arrays(result), save_npz)}", file=sys.stderr)
 
 
-def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
+def heatmap_figure(result: Result, heads, scale: str = "linear"):
+    """One panel per head (one head: one unlabelled panel), the sink's share first where the layer has sinks."""
     from qkv_cli.views.captions import subtitle
-    from qkv_cli.views.figures import draw_grid, save_figure
+    from qkv_cli.views.figures import draw_grid
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
     keys, words = result.key_labels, subtitle(result, heads)
@@ -63,9 +64,7 @@ def heatmap_layer(result: Result, heads, path, scale: str = "linear") -> str:
     if len(heads) == 1:
         panels = [("", *panels[0][1:])]
     title = figure_title(result, heads)
-    fig = draw_grid(panels, result.labels, keys, title, words, scale, settings=settings_line(result))
-    save_figure(fig, path)
-    return str(path)
+    return draw_grid(panels, result.labels, keys, title, words, scale, settings=settings_line(result))
 
 
 SINK_NOTE = "column 'sink': the share of each row the sink took (1 - row sum)"

@@ -80,17 +80,17 @@ def predictions_doc(run) -> dict:
     return doc
 
 
-def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> str:
+def heatmap_figure(run, heads, layer_given: bool, scale: str = "linear"):
     """With --layer: that layer's heads (one --head: a single head); several --layer: a layer x head grid.
     Without: the model view, every layer x head as one mosaic."""
     from qkv_cli.views.captions import heads_words, layers_subtitle
     from qkv_cli.views.describe import figure_title, settings_line
-    from qkv_cli.views.figures import draw_grid, draw_model_view, save_figure
-    from qkv_cli.views.layer import heatmap_layer
+    from qkv_cli.views.figures import draw_grid, draw_model_view
+    from qkv_cli.views.layer import heatmap_figure as layer_figure
 
     first = run.first_layer()
     if layer_given and len(run.layers) == 1:
-        return heatmap_layer(first, heads, path, scale)
+        return layer_figure(first, heads, scale)
     if layer_given:  # a layer x head grid; where the layers differ, each panel names its layer's kind
         subtitle, kinds = layers_subtitle(run, heads)
         panels = [(f"layer {l}" + (f" ({kinds[l]})" if kinds else "") + f", head {j}", r.weights[j], r.masked)
@@ -106,9 +106,7 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
             panels, keys = sink_panels(panels, shares, keys)
             subtitle += f"; {SINK_NOTE}"
         settings = " | ".join(settings_line(r) for r in run.layers.values())
-        fig = draw_grid(panels, first.labels, keys, title, subtitle, scale, grid, settings=settings)
-        save_figure(fig, path)
-        return str(path)
+        return draw_grid(panels, first.labels, keys, title, subtitle, scale, grid, settings=settings)
     info = run.model
     title = f"{clean(info.name)}: every layer x head ({info.n_layers} x {len(heads)}), m={len(run.labels)}"
     settings = f"{info.family}, kernel={run.kernel}, {first.dtype}; rows: layers, columns: heads"
@@ -121,9 +119,7 @@ def save_heatmap(run, heads, layer_given: bool, path, scale: str = "linear") -> 
         tiles = np.concatenate([run.sinks[:, heads, :, None], tiles], axis=-1)
         masked = np.concatenate([np.zeros((*masked.shape[:2], 1), dtype=bool), masked], axis=-1)
         subtitle += "; each tile's first column: the sink's share of the row (1 - row sum)"
-    fig = draw_model_view(tiles, heads, masked, title, kinds, subtitle, scale, settings)
-    save_figure(fig, path)
-    return str(path)
+    return draw_model_view(tiles, heads, masked, title, kinds, subtitle, scale, settings)
 
 
 def emit_models(rows: list[dict], fmt: str) -> None:

@@ -16,13 +16,13 @@ RENDERERS = {
     ),
     Kind.ATTRIBUTION: attribution.emit,
 }
-HEATMAPS = {  # kind -> draw(result, heads, path, layer given or None, colour scale)
-    Kind.DENSE: lambda result, heads, path, at, scale: layer.heatmap_layer(result, heads, path, scale),
-    Kind.LAYER: lambda result, heads, path, at, scale: layer.heatmap_layer(result, heads, path, scale),
-    Kind.BAND: lambda result, heads, path, at, scale: band.save_heatmap(result, heads, path, scale),
-    Kind.MODEL: lambda result, heads, path, at, scale: model.save_heatmap(result, heads, at is not None, path, scale),
-    Kind.GENERATION: lambda result, heads, path, at, scale: generate.save_heatmap(result, heads, path, at, scale),
-    Kind.ATTRIBUTION: lambda result, heads, path, at, scale: attribution.save_heatmap(result, heads, path, scale),
+FIGURES = {  # kind -> draw(result, heads, layer given or None, colour scale) -> a matplotlib Figure
+    Kind.DENSE: lambda result, heads, at, scale: layer.heatmap_figure(result, heads, scale),
+    Kind.LAYER: lambda result, heads, at, scale: layer.heatmap_figure(result, heads, scale),
+    Kind.BAND: lambda result, heads, at, scale: band.heatmap_figure(result, heads, scale),
+    Kind.MODEL: lambda result, heads, at, scale: model.heatmap_figure(result, heads, at is not None, scale),
+    Kind.GENERATION: lambda result, heads, at, scale: generate.heatmap_figure(result, heads, at, scale),
+    Kind.ATTRIBUTION: lambda result, heads, at, scale: attribution.heatmap_figure(result, heads, scale),
 }
 
 
@@ -31,16 +31,8 @@ def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
     RENDERERS[result.kind](result, show, heads, precision, fmt, save_npz)
 
 
-def save_heatmap(result: Result, heads, path, layer: int | None = None, scale: str = "linear") -> str:
-    """layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None;
-    scale: the colour scale (views.figures.SCALES)."""
-    return HEATMAPS[result.kind](result, heads, path, layer, scale)
-
-
 def heatmap_figure(result: Result, heads, layer: int | None = None, scale: str = "linear"):
-    """The matplotlib Figure save_heatmap would write, unwritten (the Python API's qkv.heatmap)."""
-    from qkv_cli.views.figures import kept
-
-    with kept() as got:
-        HEATMAPS[result.kind](result, heads, "figure.png", layer, scale)
-    return got[-1]
+    """The heatmap of a result as a matplotlib Figure, nothing written (``qkv heatmap`` saves it, the Python API
+    returns it). layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None;
+    scale: the colour scale (views.figures.SCALES)."""
+    return FIGURES[result.kind](result, heads, layer, scale)

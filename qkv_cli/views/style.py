@@ -1,8 +1,7 @@
 """How a figure looks on a slide: its title and subtitle, resolution, colour map and printed weights.
 
-One checked FigureStyle per drawing, set around it with `styled(style)` (as `kept()` in views.figures collects
-figures): the drawing functions read `current()`, so a new option is one field here, not a parameter threaded
-through every kind of heatmap.
+One checked FigureStyle per drawing, set around it with `styled(style)`: the drawing functions read `current()`,
+so a new option is one field here, not a parameter threaded through every kind of heatmap.
 """
 
 from __future__ import annotations

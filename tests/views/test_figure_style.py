@@ -3,6 +3,8 @@ a subtitle in words (no kernel, no dtype), axis names beside their labels, a lay
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 from clitools import invoke
@@ -18,8 +20,9 @@ def texts_of(fig) -> list[str]:
 
 
 def drawn(args, tmp_path):
-    """The Figure `qkv heatmap ARGS` would save (kept, not written), and the run's output."""
-    with figures.kept() as got:
+    """The Figure `qkv heatmap ARGS` saves (caught before it is written)."""
+    got = []
+    with mock.patch.object(figures, "save_figure", lambda fig, path: got.append(fig)):
         result = invoke(["heatmap", *args, "--out", str(tmp_path / "f.png")])
     assert result.exit_code == 0, result.output
     return got[-1]
