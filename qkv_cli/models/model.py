@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_cli.core import masks
 from qkv_cli.core.numerics import scaled_scores
-from qkv_cli.core.result import Kind, ModelInfo, Result
+from qkv_cli.core.result import LayerResult, ModelInfo, ModelResult, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import ModelConfig, Param
 from qkv_cli.models.moe import stacked
@@ -214,9 +214,9 @@ class Model:
             if l in detail:
                 details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
         hidden[-1] = fam.final(p, c, x)
-        return Result(
+        return ModelResult(
             sinks=sink_share(attentions) if getattr(c.attention, "sinks", False) else None,
-            kind=Kind.MODEL, tokens=tokens, kernel=kernel, model=self.info(), layers=details, attentions=attentions,
+            tokens=tokens, kernel=kernel, model=self.info(), layers=details, attentions=attentions,
             ids=ids, hidden_states=hidden, last_hidden_state=hidden[-1],
             layer_types=tuple(fam.layer_type(c, l) for l in range(c.n_layers)),
             layer_rules=tuple(fam.layer_mask(c, l) for l in range(c.n_layers)),
@@ -236,8 +236,8 @@ class Model:
         Q, pre = parts.Q[:, r], None if parts.Q_pre_rope is None else parts.Q_pre_rope[:, r]
         mask = np.zeros((m, m), dtype=parts.H.dtype) if mask is None else mask
         queries = tokens if span is None else _rows_of(tokens, r)
-        return Result(
-            kind=Kind.LAYER, tokens=queries, scale=scale, kernel=kernel, softcap=softcap, H=parts.H[r], Wq=w["Wq"],
+        return LayerResult(
+            tokens=queries, scale=scale, kernel=kernel, softcap=softcap, H=parts.H[r], Wq=w["Wq"],
             Wk=w["Wk"], Wv=w["Wv"], Q=Q, K=parts.K, V=parts.V,
             scores=scaled_scores(Q, parts.K[kv_index(parts)], scale, softcap), mask=mask[r], weights=parts.weights,
             heads=parts.heads[:, r], Wo=w["Wo"], output=parts.output[r], rules=spec, bq=w["bq"], bk=w["bk"],

@@ -16,13 +16,11 @@ The Result (kind ATTRIBUTION) is the layer's own Result (its H, V, weights, mask
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from qkv_cli.core import budget
 from qkv_cli.core.gqa import kv_heads_of
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import Result, attributed
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.request import FUSIONS, METHODS  # the choices (NumPy-free there, for the CLI's options)
 
@@ -135,8 +133,8 @@ def of_layer(result: Result, req) -> Result:
                         dtype=req.settings.dtype, given=(ONE_PASS,))  # fmt: skip
     layer, heads, norms = value_norms(result.weights, value_vectors(result.V, result.Wo))
     ids = None if result.tokens.ids is None else np.asarray(result.tokens.ids)
-    return replace(result, kind=Kind.ATTRIBUTION, method="value-norm", attribution=layer, attribution_heads=heads,
-                   value_norms=norms, ids=ids)  # fmt: skip
+    return attributed(result, method="value-norm", attribution=layer, attribution_heads=heads, value_norms=norms,
+                      ids=ids)  # fmt: skip
 
 
 def of_model(model, text: str, req) -> Result:
@@ -163,13 +161,7 @@ def of_model(model, text: str, req) -> Result:
         given=(ONE_PASS,) if req.method == "value-norm" else (),
     )  # the weights counted too, as run's
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
-    out = replace(
-        run.layers[L],
-        kind=Kind.ATTRIBUTION,
-        method=req.method,
-        ids=run.ids,
-        chat=said if req.chat is not None else None,
-    )
+    out = attributed(run.layers[L], method=req.method, ids=run.ids, chat=said if req.chat is not None else None)
     if req.method == "rollout":
         out.head_fusion = req.head_fusion or "mean"
         out.attribution = rollout(run.attentions, L, out.head_fusion)

@@ -14,7 +14,7 @@ from qkv_cli.core.band import band_keys, banded_attention
 from qkv_cli.core.embed import embed
 from qkv_cli.core.kernels import resolve_scale
 from qkv_cli.core.projection import combine, init_projections, project
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import BandResult, Result
 from qkv_cli.core.settings import Settings
 
 BAND_MIN_TOKENS = 1024  # from this many tokens on, a --window run keeps only the band
@@ -46,6 +46,6 @@ def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
     Q, K, V = project(H, Wq), project(H, Wk), project(H, Wv)
     scale = resolve_scale(settings.scale, settings.d_k)
     heads, band = banded_attention(Q, K, V, settings.window, scale)
-    return Result(kind=Kind.BAND, tokens=tokens, settings=settings, scale=scale, kernel="banded", H=H, Wq=Wq,
+    return BandResult(tokens=tokens, settings=settings, scale=scale, kernel="banded", H=H, Wq=Wq,
                   Wk=Wk, Wv=Wv, Q=Q, K=K, V=V, band=band, band_keys=band_keys(m, band.shape[-1]), heads=heads, Wo=Wo,
                   output=combine(heads, Wo))  # fmt: skip

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from qkv_cli.core import budget
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import BatchResult, Result
 
 PAD = "[PAD]"
 
@@ -67,5 +67,5 @@ def run_batch(lines: list[str], settings, max_memory: int | None = None) -> Resu
         full = run(line, settings, tokens=pad_tokens(t, L), padding=padding, max_memory=max_memory)
         padded.append(full)
         items.append(trim(full, t, m))
-    return Result(kind=Kind.BATCH, tokens=items[0].tokens, settings=settings, kernel=settings.kernel,
+    return BatchResult(tokens=items[0].tokens, settings=settings, kernel=settings.kernel,
                   padded=padded, items=items, lengths=lengths)  # fmt: skip

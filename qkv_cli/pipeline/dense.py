@@ -14,7 +14,7 @@ from qkv_cli.core.gqa import kv_heads_of
 from qkv_cli.core.kernels import attention, resolve_scale
 from qkv_cli.core.numerics import scaled_scores
 from qkv_cli.core.projection import combine, init_projections, project
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import LayerResult, Result
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
 
@@ -97,8 +97,8 @@ def run(
                            custom=allowed)  # fmt: skip
     mask = masks.additive(rules, m, n, dtype)
     heads, weights = attention(Q, K, V, mask=mask, scale=scale, kernel=settings.kernel)
-    result = Result(
-        kind=Kind.DENSE, tokens=tokens, settings=settings, scale=scale, kernel=settings.kernel, H=H, Wq=Wq, Wk=Wk,
+    result = LayerResult(
+        tokens=tokens, settings=settings, scale=scale, kernel=settings.kernel, H=H, Wq=Wq, Wk=Wk,
         Wv=Wv, Q=Q, K=K, V=V, scores=scaled_scores(Q, K[kv_heads_of(settings.tau, settings.G)], scale),
         mask=np.zeros((m, n), dtype=dtype) if mask is None else mask, weights=weights, heads=heads, Wo=Wo,
         output=combine(heads, Wo), rules=rules, context=context_tokens,

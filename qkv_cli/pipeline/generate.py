@@ -11,7 +11,7 @@ import numpy as np
 
 from qkv_cli.core import budget
 from qkv_cli.core.numerics import softmax
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import GenerationResult, Result
 from qkv_cli.core.stats import top_indices
 from qkv_cli.errors import QkvError
 from qkv_cli.text.tokens import decode
@@ -91,7 +91,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
     seconds = perf_counter() - start
     tokens = _tokens(model, list(prompt.ids) + ids)
     top_labels = [list(_tokens(model, [int(i) for i in best]).labels) for best in top_ids]
-    return Result(kind=Kind.GENERATION, tokens=tokens, kernel=kernel, model=model.info(), prompt_len=P,
+    return GenerationResult(tokens=tokens, kernel=kernel, model=model.info(), prompt_len=P,
                   ids=np.asarray(tokens.ids), step_ids=np.asarray(ids), step_probs=np.asarray(probs),
                   step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs), step_top_labels=top_labels,
                   step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,

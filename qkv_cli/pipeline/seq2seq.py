@@ -15,7 +15,7 @@ import numpy as np
 
 from qkv_cli.core import budget
 from qkv_cli.core.masks import MaskSpec, additive
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import GenerationResult, LayerResult, ModelResult, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.text.tokens import decode
 
@@ -96,8 +96,8 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
     queries = src if attention == "encoder" else dec
     keys = src if attention != "decoder" else dec
     details = {l: layer_result(model, attention, l, parts[l], queries, keys, ablation) for l in chosen}
-    return Result(
-        kind=Kind.MODEL, tokens=queries, context=src if attention == "cross" else None, kernel="vectorized",
+    return ModelResult(
+        tokens=queries, context=src if attention == "cross" else None, kernel="vectorized",
         model=model.info(None, attention), layers=details, attentions=np.stack([a.weights for a in parts]),
         ids=np.asarray(src.ids, dtype=np.int64), last_hidden_state=seq.decoder_output,
         layer_types=(f"{attention}_attention",) * L, layer_rules=(model.rules(attention),) * L, ablation=ablation,
@@ -148,8 +148,8 @@ def layer_result(model, attention: str, l: int, parts, queries, keys, ablation) 
     if parts.bias is not None:
         scores = scores + parts.bias  # T5: the relative position bias is part of the score
     mask = additive(MaskSpec(causal=attention == "decoder"), m, n, parts.Q.dtype)
-    return Result(
-        kind=Kind.LAYER, tokens=queries, scale=float(scale), H=parts.H, Wq=w["Wq"], Wk=w["Wk"], Wv=w["Wv"],
+    return LayerResult(
+        tokens=queries, scale=float(scale), H=parts.H, Wq=w["Wq"], Wk=w["Wk"], Wv=w["Wv"],
         Q=parts.Q, K=parts.K, V=parts.V, scores=scores,
         mask=np.zeros((m, n), parts.Q.dtype) if mask is None else mask,
         weights=parts.weights, heads=parts.heads, Wo=w["Wo"], output=parts.output, rules=model.rules(attention),
@@ -170,8 +170,8 @@ def generate(model, source: str, max_new: int, max_memory=None) -> Result:
     tok = model.tokenizer
     labels = tuple(tok.id_to_token(int(i)) or str(int(i)) for i in ids)
     written = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * len(ids), ids=tuple(int(i) for i in ids))
-    return Result(
-        kind=Kind.GENERATION, tokens=written, context=src, model=model.info(None, "cross"), step_ids=ids,
+    return GenerationResult(
+        tokens=written, context=src, model=model.info(None, "cross"), step_ids=ids,
         step_probs=probs, step_attentions=rows, ids=np.asarray(src.ids, dtype=np.int64),
         text=decode(tok, ids, skip_special_tokens=True),
     )  # fmt: skip

@@ -9,11 +9,9 @@ its cross-attention, through the same teacher-forced pass as qkv run --target (p
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import Result, attributed
 from qkv_cli.errors import QkvError
 
 
@@ -50,7 +48,7 @@ def attribute(model, text: str, req) -> Result:
                        "--method value-norm")  # fmt: skip
     run = seq2seq.run(model, text, req.target, attention, layers=req.layers, max_memory=req.max_memory)
     L = min(run.layers)
-    out = replace(run.layers[L], kind=Kind.ATTRIBUTION, method=req.method, ids=np.asarray(run.layers[L].tokens.ids))
+    out = attributed(run.layers[L], method=req.method, ids=np.asarray(run.layers[L].tokens.ids))
     if req.method == "rollout":
         out.head_fusion = req.head_fusion or "mean"
         out.attribution = rollout(run.attentions, L, out.head_fusion)

@@ -118,7 +118,9 @@ def moved_table(cmp: Comparison, top: int):
 
 
 def side_doc(run, name) -> dict:
-    ids = run.ids if run.ids is not None else run.tokens.ids
+    from qkv_cli.pipeline.compare import ids_of
+
+    ids = ids_of(run)
     return {"name": name, "tokens": list(run.tokens.strings), "labels": run.labels,
             "ids": None if ids is None else [int(i) for i in ids]}  # fmt: skip
 

@@ -246,8 +246,12 @@ def write_page(page: str, holds: str, path, max_bytes: int = MAX_PAGE, option: s
 
     data = page.encode("utf-8")
     if len(data) > max_bytes:
-        raise QkvError(f"the page would be {human(len(data))} ({holds}), more than {option} "
-                       f"{human(max_bytes)}: keep fewer tokens (--file with less text), or raise the limit, "
-                       f"e.g. {option} {human(2 * len(data)).replace(' ', '')}")  # fmt: skip
+        more = human(2 * len(data)).replace(" ", "")
+        cli = option.startswith("--")  # the CLI's option, or the Python keyword
+        fewer, raised = ("(--file with less text)", f"{option} {more}") if cli else ("", f"{option}={more!r}")
+        raise QkvError(
+            f"the page would be {human(len(data))} ({holds}), more than {option} {human(max_bytes)}: "
+            f"keep fewer tokens{' ' + fewer if fewer else ''}, or raise the limit, e.g. {raised}"
+        )
     with atomic_write(path) as handle:
         handle.write(data)

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
-from qkv_cli.core.result import Kind
+from qkv_cli.core.result import GenerationResult, Kind
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline import band as longdoc
@@ -291,4 +291,4 @@ def test_open_uses_the_web_browser(tmp_path, monkeypatch):
 def test_a_kind_without_a_page_is_refused_clearly(monkeypatch):
     monkeypatch.delitem(page.PAGES, Kind.GENERATION)
     with pytest.raises(QkvError, match="qkv view cannot show a generation run: it shows dense"):
-        page.page_data(replace(result_of(), kind=Kind.GENERATION))
+        page.page_data(GenerationResult(tokens=result_of().tokens))
