@@ -130,7 +130,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     correction bias steering the choice within the best group, renormalised, times routed_scaling_factor 2.5; V2:
     softmax scores, the k best or the k best of the best group, times the factor); the first layer is dense; V3's
     correction bias changes some choice (it is read)."""
-    from qkv_cli.models import deepseek_moe
+    from qkv_cli.models import moe
     from qkv_cli.models.moe import route
 
     folder, model = built(name)
@@ -150,8 +150,8 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     for h in hooks:
         h.remove()
     got = []
-    plain = deepseek_moe.MoeLayer.__call__
-    monkeypatch.setattr(deepseek_moe.MoeLayer, "__call__", lambda self, x: got.append((self, x)) or plain(self, x))
+    plain = moe.MoeLayer.__call__  # the shared decoder's MoE layer
+    monkeypatch.setattr(moe.MoeLayer, "__call__", lambda self, x, o: got.append((self, x)) or plain(self, x, o))
     ours = load_model(folder, dtype="float32")
     run = ours.forward(ids)
     assert sorted(want) == [1, 2] and len(got) == 2 and ours.params.blocks[0].moe is None
@@ -159,7 +159,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     steered = False
     for (layer, x), (l, (x_ref, (_, weights, top))) in zip(got, sorted(want.items()), strict=True):
         np.testing.assert_allclose(x, x_ref[0].numpy(), atol=1e-5, err_msg=f"layer {l}: the router's input")
-        routing = route(layer.router(x), layer.options, layer.correction)
+        routing = route(layer.router(x), ours.config.mlp.moe, layer.correction)
         order = np.argsort(top.numpy(), axis=1)  # transformers' top-k is unsorted: compare as sets
         np.testing.assert_array_equal(np.sort(routing.top, axis=1), np.take_along_axis(top.numpy(), order, 1))
         np.testing.assert_array_equal(run.router_top[l], routing.top)  # what --show experts and exports hold
@@ -167,7 +167,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
         np.testing.assert_allclose(mine, np.take_along_axis(weights.numpy(), order, 1), atol=1e-5)
         if name == "deepseek_v3-moe":
             np.testing.assert_allclose(routing.weights.sum(axis=1), 2.5, rtol=1e-5)
-            unsteered = route(layer.router(x), layer.options).top
+            unsteered = route(layer.router(x), ours.config.mlp.moe).top
             steered |= bool((np.sort(unsteered, 1) != np.sort(routing.top, 1)).any())
     assert steered == (name == "deepseek_v3-moe")
 
@@ -204,8 +204,8 @@ def test_explain_shows_the_nope_and_rope_parts_of_a_score(name, built):
 @pytest.mark.parametrize(
     "name,changes,fragment",
     [
-        ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "chosen per token (9) cannot exceed the experts (8)"),
-        ("deepseek_v3-moe", {"n_routed_experts": 0}, "experts must be a whole number of at least 1, got 0"),
+        ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "'num_experts_per_tok' (9) cannot exceed 'n_routed_experts' (8)"),
+        ("deepseek_v3-moe", {"n_routed_experts": 0}, "'n_routed_experts' must be at least 1, got 0"),
         ("deepseek_v3-moe", {"n_group": 3}, "the experts (8) must split evenly into n_group (3) groups"),
         ("deepseek_v3-moe", {"topk_group": 3}, "topk_group (3) cannot exceed n_group (2)"),
         ("deepseek_v3-moe", {"routed_scaling_factor": 0}, "routed_scaling_factor must be a positive number"),
