@@ -8,7 +8,8 @@ SmolLM3, Phi-3, DeepSeek-V3.
             (GPT-NeoX):         x' = MLP(N_2(x)) + Att(N_1(x)) + x          (parallel residual)
     Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
     MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX),
-         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE), its routing kept in the layer's parts
+         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE, DeepSeek, Llama 4; a shared expert, a
+         correction bias, dense first layers: options of moe.Moe), its routing kept in the layer's parts
          (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.mla)
     last: N_f(x_L)
 
