@@ -91,7 +91,10 @@ def read(keys, n_layers: int, spec: MoeKeys) -> Moe | None:
     dense = dense_layers(keys, n_layers) if spec.sparse_step else tuple(range(max(first, 0)))
     extra = {}
     if spec.shared:
-        extra["d_shared"] = keys.int(spec.shared, 0) * d_expert
+        n_shared = keys.int(spec.shared, 0)
+        if n_shared < 0:
+            raise QkvError(f"{keys.where}: '{spec.shared}' must be at least 0, got {n_shared}")
+        extra["d_shared"] = n_shared * d_expert
     if spec.scaling:
         extra["scaling"] = keys.number(spec.scaling, 1.0)
     if spec.groups:

@@ -206,6 +206,7 @@ def test_explain_shows_the_nope_and_rope_parts_of_a_score(name, built):
     [
         ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "(9) cannot exceed 'n_routed_experts' (8)"),
         ("deepseek_v3-moe", {"n_routed_experts": 0}, "'n_routed_experts' must be at least 1, got 0"),
+        ("deepseek_v3-moe", {"n_shared_experts": -1}, "'n_shared_experts' must be at least 0, got -1"),
         ("deepseek_v3-moe", {"n_group": 3}, "the experts (8) must split evenly into n_group (3) groups"),
         ("deepseek_v3-moe", {"topk_group": 3}, "topk_group (3) cannot exceed n_group (2)"),
         ("deepseek_v3-moe", {"routed_scaling_factor": 0}, "routed_scaling_factor must be a positive number"),
