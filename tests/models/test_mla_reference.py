@@ -218,3 +218,30 @@ def test_bad_moe_keys_are_one_line_exit_2_before_weights(name, changes, fragment
     bad = copy_with(folder, tmp_path, changes, weights=False)
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
     assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_show_experts_and_the_json_routing_are_transformers_choice(built, torch):
+    """`--show experts` and `--format json` on DeepSeek-V3's MoE layers: transformers' experts (as sets: its top-k is
+    unsorted) with weights summing to routed_scaling_factor 2.5; the dense first layer says so and routes nothing."""
+    folder, model = built("deepseek_v3-moe")
+    text = "the cat sat on the mat"
+    ours = load_model(folder, dtype="float32")
+    ids = list(ours.tokenize(text).ids)
+    seen = {}
+    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, args, out, l=l: seen.__setitem__(l, out[2].numpy()))
+             for l, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")]  # fmt: skip
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hooks:
+        h.remove()
+    common = ["run", text, "--model", str(folder), "--dtype", "float32"]
+    doc = json.loads(CliRunner().invoke(app, [*common, "--format", "json"]).stdout)
+    top, g = np.array(doc["router_top"]), np.array(doc["router_weights"])
+    assert sorted(seen) == [1, 2] and (top[0] == -1).all() and not g[0].any()
+    for l in (1, 2):
+        np.testing.assert_array_equal(np.sort(top[l], 1), np.sort(seen[l], 1), err_msg=f"layer {l}")
+        np.testing.assert_allclose(g[l].sum(1), 2.5, rtol=1e-5)
+    r = CliRunner().invoke(app, [*common, "--show", "experts", "--layer", "0,2"])
+    assert r.exit_code == 0 and "layer 0: a dense MLP (no experts)" in r.output, r.output
+    for i in range(len(ids)):  # the row of token i: its two experts with their weights, in the biased choice's order
+        assert f"{top[2, i, 0]} ({g[2, i, 0]:.2f})   {top[2, i, 1]} ({g[2, i, 1]:.2f})" in r.output
