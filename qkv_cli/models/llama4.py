@@ -103,10 +103,6 @@ def dense(c):  # the config with its MoE layers as dense ones: what the shared d
     return replace(c, mlp=replace(c.mlp, moe=None))
 
 
-def is_moe(c, layer: int) -> bool:
-    return c.mlp.moe is not None and layer not in c.mlp.moe.dense_layers
-
-
 def tensor_names(c) -> dict:
     """The shared decoder's tensor names (name -> (shape, role)), a MoE layer's feed_forward replaced by the router
     and the shared expert (moe_config: roles l.router.w, l.shared.*) and the stacked experts (l.moe.gate_up,
@@ -116,7 +112,7 @@ def tensor_names(c) -> dict:
         return out
     E, de, d = c.mlp.moe.experts, c.mlp.moe.d_expert, c.d
     for l in range(c.n_layers):
-        if not is_moe(c, l):
+        if not moe_config.is_moe(c, l):
             continue
         p, r = f"layers.{l}.feed_forward.", f"{l}.moe."
         for x in ("gate", "up", "down"):
