@@ -100,7 +100,7 @@ def test_router_chooses_as_transformers(gpt_oss, torch):
         h.remove()
     for l, (x, (_, scores, indices)) in enumerate(seen):
         blk = ours.params.blocks[l]
-        top, g = route(blk.router(x.numpy()), ours.config.mlp.moe)
+        top, g = route(blk.moe.router(x.numpy()), ours.config.mlp.moe)
         np.testing.assert_array_equal(top, indices.numpy())
         np.testing.assert_allclose(g, scores.numpy(), atol=1e-6)
         assert len({tuple(sorted(t)) for t in top}) > 1
