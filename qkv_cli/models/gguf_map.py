@@ -22,7 +22,7 @@ from qkv_cli.models.weights import Tensor
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
-    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3",
+    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3", "phi3": "phi3",
 }  # fmt: skip
 DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
@@ -117,6 +117,10 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         from qkv_cli.models.gguf_deepseek import config
 
         config(raw, meta, tensors, where)
+    if arch == "phi3":  # rotary width, window, LongRoPE's factor tensors (models.gguf_phi3)
+        from qkv_cli.models.gguf_phi3 import config as phi3_config
+
+        phi3_config(raw, meta, tensors, where)
     return raw
 
 
@@ -179,6 +183,10 @@ def hf_name(name: str, kind: str = "llama") -> str | None:
         from qkv_cli.models.gguf_deepseek import LAYER_NAMES as MLA_NAMES
 
         layers = {**LAYER_NAMES, **MLA_NAMES}
+    if kind == "phi3":  # fused attn_qkv and ffn_up (gate and up)
+        from qkv_cli.models.gguf_phi3 import LAYER_NAMES as PHI3_NAMES
+
+        layers = {**LAYER_NAMES, **PHI3_NAMES}
     stem, _, suffix = name.rpartition(".")
     if stem in globals_:
         return f"{globals_[stem]}.{suffix}"
@@ -234,6 +242,10 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         from qkv_cli.models.gguf_deepseek import tensors as deepseek_tensors
 
         return deepseek_tensors(out, tensors, raw_config)
+    if kind == "phi3":  # attn_q, attn_k, attn_v apart: one qkv_proj
+        from qkv_cli.models.gguf_phi3 import tensors as phi3_tensors
+
+        return phi3_tensors(out, raw_config)
     return out
 
 
