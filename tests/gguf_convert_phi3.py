@@ -64,9 +64,10 @@ def extra_tensors(gguf, w, h: dict, rope: dict) -> list:
     w.add_rope_scaling_attn_factors(attn_factor)
     rope_dims = int(rope.get("partial_rotary_factor", 1.0) * h["hidden_size"]) // h["num_attention_heads"]
     assert len(long_factors) == len(short_factors) == rope_dims / 2
-    names = gguf.TENSOR_NAMES
-    return [(f"{names[gguf.MODEL_TENSOR.ROPE_FACTORS_LONG]}.weight", np.asarray(long_factors, dtype=np.float32)),
-            (f"{names[gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT]}.weight", np.asarray(short_factors, dtype=np.float32))]  # fmt: skip
+    long_name, short_name = (gguf.TENSOR_NAMES[t] for t in (gguf.MODEL_TENSOR.ROPE_FACTORS_LONG,
+                                                            gguf.MODEL_TENSOR.ROPE_FACTORS_SHORT))  # fmt: skip
+    return [(f"{long_name}.weight", np.asarray(long_factors, dtype=np.float32)),
+            (f"{short_name}.weight", np.asarray(short_factors, dtype=np.float32))]  # fmt: skip
 
 
 def convert(gguf, model, path, split: bool = False) -> None:
