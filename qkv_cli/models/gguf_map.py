@@ -8,6 +8,7 @@ What it never writes is read as llama.cpp reads it: biases by their presence, Ge
 Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs. A mixture of experts (Mixtral: a `llama` file with
 ffn_gate_inp; qwen3moe; olmoe) stacks each layer's experts in one tensor [E, rows, columns] (ffn_gate_exps,
 ffn_up_exps, ffn_down_exps): each expert is read back alone, as its own rows of the stack (models.gguf_experts).
+gpt-oss, deepseek2 and phi3 files have their own modules (models.gguf_gpt_oss, gguf_deepseek, gguf_phi3).
 """
 
 from __future__ import annotations

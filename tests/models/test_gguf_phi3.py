@@ -9,6 +9,7 @@ writes transformers' ids. Bad phi3 keys are one line (QkvError, exit 2) before a
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import numpy as np
@@ -73,6 +74,10 @@ def test_the_file_holds_llama_cpps_layout_and_qkv_reads_longrope_back(files):
     W = model.state_dict()["model.layers.1.mlp.gate_up_proj.weight"].numpy()
     np.testing.assert_array_equal(ours.params.blocks[1].gate.W, W[:48])
     np.testing.assert_array_equal(ours.params.blocks[1].up.W, W[48:])
+    r = CliRunner().invoke(app, ["shapes", "--model", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert (doc["rotary_dims"], doc["longrope_switch"]) == (6, 8)
 
 
 def test_the_window_and_the_tied_head_read_from_the_file(files):
