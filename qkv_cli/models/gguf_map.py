@@ -22,7 +22,7 @@ from qkv_cli.models.weights import Tensor
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
-    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3",
+    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3", "llama4": "llama4_text",
 }  # fmt: skip
 DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
@@ -117,6 +117,10 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         from qkv_cli.models.gguf_deepseek import config
 
         config(raw, meta, tensors, where)
+    if arch == "llama4":  # chunked and NoPE layers, experts: models.gguf_llama4
+        from qkv_cli.models.gguf_llama4 import config as llama4_config
+
+        llama4_config(raw, meta, where)
     return raw
 
 
@@ -127,9 +131,9 @@ def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]
     is Llama 3.1's scaled theta_k again. transformers' GGUF loader ignores the tensor (and so runs such a file
     unscaled); qkv does as llama.cpp does."""
     t = tensors["rope_freqs.weight"]
-    if arch != "llama":  # of qkv's architectures, llama.cpp reads the tensor in llama files only
+    if arch not in ("llama", "llama4"):  # of qkv's architectures, llama.cpp reads the tensor in these only
         raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs) in a {arch} file are not supported: "
-                       "llama.cpp reads them in llama files")  # fmt: skip
+                       "llama.cpp reads them in llama and llama4 files")  # fmt: skip
     d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
     rot = raw.get("head_dim") or (d // tau if type(d) is int and type(tau) is int and tau > 0 else None)
     half = rot // 2 if type(rot) is int and 2 <= rot <= MAX_WIDTH else None
@@ -234,6 +238,10 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         from qkv_cli.models.gguf_deepseek import tensors as deepseek_tensors
 
         return deepseek_tensors(out, tensors, raw_config)
+    if kind == "llama4_text":  # feed_forward, router, stacked experts, shared expert
+        from qkv_cli.models.gguf_llama4 import tensors as llama4_tensors
+
+        return llama4_tensors(out, tensors)
     return out
 
 
