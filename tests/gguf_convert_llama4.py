@@ -22,12 +22,19 @@ from gguf_convert import llama3_rope_freqs, text_parameters, write_vocab
 CHUNK, FLOOR_SCALE, ATTN_SCALE = 8192, 8192, 0.1  # what llama.cpp runs every llama4 file with
 
 
-def expressible(transformers, torch, model):
+def expressible(transformers, torch, model, rope: dict | None = None):
     """`model` with what a llama4 file can say: attention_chunk_size 8192, floor_scale 8192 and attn_scale 0.1
-    (llama.cpp's fixed values), NoPE every 4th layer and 3 chunked layers to 1 full, the same weights."""
+    (llama.cpp's fixed values), NoPE every 4th layer and 3 chunked layers to 1 full, the QK-norm on (off only with
+    128 experts), the same weights; `rope`: other rope_parameters (a llama3 one's original_max_position_embeddings
+    also at the top level, the only place LlamaModel reads it)."""
     c = copy.deepcopy(model.config)
     n = c.num_hidden_layers
     c.attention_chunk_size, c.floor_scale, c.attn_scale = CHUNK, FLOOR_SCALE, ATTN_SCALE
+    c.use_qk_norm, c.attn_temperature_tuning = c.num_local_experts != 128, True
+    if rope is not None:
+        c.rope_parameters = rope
+        if "original_max_position_embeddings" in rope:
+            c.original_max_position_embeddings = rope["original_max_position_embeddings"]
     c.no_rope_layers = [int((l + 1) % 4 != 0) for l in range(n)]
     c.layer_types = ["chunked_attention" if l % 4 < 3 else "full_attention" for l in range(n)]
     from decoders import eager
