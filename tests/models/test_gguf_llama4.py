@@ -165,3 +165,23 @@ def test_bad_llama4_keys_are_one_line_exit_2_before_weights(changes, fragment, f
     assert "\n" not in str(info.value)
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
     assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+@pytest.mark.parametrize(
+    "changes,types,qk_norm",
+    [
+        ({"llama4.attention.sliding_window_pattern": 2}, ("chunked_attention", "full_attention") * 2, True),
+        ({"llama4.attention.sliding_window": 4096}, ("chunked_attention",) * 3 + ("full_attention",), True),
+        ({"llama4.expert_count": 128}, ("chunked_attention",) * 3 + ("full_attention",), False),
+    ],
+)
+def test_what_llama_cpp_reads_or_fixes_from_the_keys(changes, types, qk_norm, files, tmp_path):
+    """A chunked pattern of 2 (llama.cpp: layer l chunked iff l % 2 < 1); a window other than 0 leaves the chunk
+    at 8192; 128 experts (Maverick) turn the QK-norm off. The NoPE layer stays every 4th. Read from the headers."""
+    import gguf
+
+    from qkv_cli.models.load import stored_tensors
+
+    c = stored_tensors(rewritten(gguf, files("moe")[0], tmp_path / "keys.gguf", changes))[0]
+    assert (c.attention.layer_types, c.attention.chunk_size, c.rope.no_rope) == (types, 8192, (3,))
+    assert c.attention.l2_qk_norm is qk_norm
