@@ -39,29 +39,31 @@ def config(raw: dict, meta: dict, where: str) -> None:
     def need(key: str, least: int) -> int:
         value = meta.get(a + key)
         if type(value) is not int or value < least:
-            shown = "absent" if value is None else repr(value)
-            raise QkvError(f"{where}: {a}{key} is {shown}: llama.cpp needs an integer of at least {least}")
+            raise QkvError(f"{where}: {a}{key} is {shown(value)}: llama.cpp needs an integer of at least {least}")
         return value
 
     window = meta.get(a + "attention.sliding_window")
-    if window is not None and (type(window) is not int or window == 0):
-        raise QkvError(f"{where}: {a}attention.sliding_window {window!r} (every layer full attention, as "
-                       "MobileLLM-R1) is not supported: llama.cpp's llama4 files chunk at 8192")  # fmt: skip
+    if window is not None and type(window) is not int:
+        raise QkvError(f"{where}: {a}attention.sliding_window is {shown(window)}: expected an integer")
+    if window == 0:
+        raise QkvError(f"{where}: {a}attention.sliding_window 0 (every layer full attention, as MobileLLM-R1) is "
+                       "not supported: qkv reads llama4 files chunked at 8192, as llama.cpp runs Llama 4")  # fmt: skip
     step, experts = need("interleave_moe_layer_step", 0), need("expert_count", 1)
     width, used = need("expert_feed_forward_length", 1), need("expert_used_count", 1)
     pattern = meta.get(a + "attention.sliding_window_pattern", PATTERN)
     if type(pattern) is not int or pattern < 0:
         raise QkvError(f"{where}: {a}attention.sliding_window_pattern must be one period (an integer of at least "
-                       f"0), got {pattern if type(pattern) in (int, float) else type(pattern).__name__}")  # fmt: skip
+                       f"0), got {shown(pattern)}")  # fmt: skip
     rot, swa_base = meta.get(a + "rope.dimension_count"), meta.get(a + "rope.freq_base_swa")
-    if rot is not None and rot != raw.get("head_dim", rot):
-        raise QkvError(f"{where}: {a}rope.dimension_count {rot!r} differs from the head width "
-                       f"{raw.get('head_dim')!r}: llama.cpp turns whole heads")  # fmt: skip
+    if rot is not None and (type(rot) is not int or rot != raw.get("head_dim", rot)):
+        raise QkvError(f"{where}: {a}rope.dimension_count is {shown(rot)}, not the head width "
+                       f"{shown(raw.get('head_dim'))}: llama.cpp turns whole heads")  # fmt: skip
     if rot is not None and "head_dim" not in raw:
         raw["head_dim"] = rot
-    if swa_base is not None and swa_base != raw.get("rope_theta"):
-        raise QkvError(f"{where}: {a}rope.freq_base_swa {swa_base!r} (a RoPE base of the chunked layers of their "
-                       f"own, not {raw.get('rope_theta')!r}) is not supported")  # fmt: skip
+    theta = raw.get("rope_theta")
+    if swa_base is not None and (type(swa_base) not in (int, float) or swa_base != theta):
+        raise QkvError(f"{where}: {a}rope.freq_base_swa is {shown(swa_base)}: a RoPE base of the chunked layers "
+                       f"other than rope.freq_base ({shown(theta)}) is not supported")  # fmt: skip
     if "intermediate_size" in raw:  # the dense width
         raw["intermediate_size_mlp"] = raw.pop("intermediate_size")
     raw.pop("moe_intermediate_size", None)
@@ -77,6 +79,13 @@ def config(raw: dict, meta: dict, where: str) -> None:
         raw["no_rope_layers"] = [int((l + 1) % NOPE_STEP != 0) for l in range(n)]
         chunked = [pattern == 0 or l % pattern < pattern - 1 for l in range(n)]  # llama_hparams::set_swa_pattern
         raw["layer_types"] = ["chunked_attention" if c else "full_attention" for c in chunked]
+
+
+def shown(value) -> str:  # a metadata value in one short line (an array or a long string by its type)
+    if value is None:
+        return "absent"
+    short = type(value) in (int, float, bool) or (isinstance(value, str) and len(value) < 40)
+    return repr(value) if short else f"a {type(value).__name__}"
 
 
 def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor]) -> dict[str, Tensor]:

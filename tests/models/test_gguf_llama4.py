@@ -7,6 +7,8 @@ writes transformers' ids."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from decoders import attentions, build, ids_for
@@ -151,8 +153,10 @@ def rewritten(gguf, source, out, changes: dict):
         ({"llama4.interleave_moe_layer_step": None}, "llama4.interleave_moe_layer_step is absent"),
         ({"llama4.expert_count": 0}, "llama4.expert_count is 0: llama.cpp needs an integer of at least 1"),
         ({"llama4.expert_feed_forward_length": 2.5}, "llama4.expert_feed_forward_length is 2.5"),
-        ({"llama4.rope.dimension_count": 4}, "llama4.rope.dimension_count 4 differs from the head width 8"),
-        ({"llama4.rope.freq_base_swa": 10.0}, "llama4.rope.freq_base_swa 10.0"),
+        ({"llama4.rope.dimension_count": 4}, "llama4.rope.dimension_count is 4, not the head width 8"),
+        ({"llama4.rope.dimension_count": [8, 8]}, "llama4.rope.dimension_count is a ndarray, not the head"),
+        ({"llama4.rope.freq_base_swa": 10.0}, "llama4.rope.freq_base_swa is 10.0: a RoPE base of the chunked"),
+        ({"llama4.attention.sliding_window": "8192"}, "llama4.attention.sliding_window is '8192': expected an"),
         ({"llama4.attention.sliding_window_pattern": "4"}, "sliding_window_pattern must be one period"),
     ],
 )
@@ -160,7 +164,7 @@ def test_bad_llama4_keys_are_one_line_exit_2_before_weights(changes, fragment, f
     import gguf
 
     bad = rewritten(gguf, files("moe")[0], tmp_path / "bad.gguf", changes)  # no tensors: refused before them
-    with pytest.raises(QkvError, match=fragment.replace("(", r"\(").replace(".", r"\.")) as info:
+    with pytest.raises(QkvError, match=re.escape(fragment)) as info:
         load_model(bad)
     assert "\n" not in str(info.value)
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
