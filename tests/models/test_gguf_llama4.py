@@ -2,8 +2,8 @@
 tests/gguf_convert_llama4.py, which follows llama.cpp's Llama4Model (no q/k rows permuted, gate_up_proj split into
 ffn_gate_exps and ffn_up_exps, down_proj transposed), built with what such a file can say (llama.cpp's chunk of 8192,
 floor_scale 8192, attn_scale 0.1, NoPE every 4th layer). qkv reads the file; every layer's attention equals
-transformers' eager attention within 1e-5 in float32, the routers choose the same experts, and greedy generation
-writes transformers' ids."""
+transformers' eager attention within 1e-5 in float32 (1e-10 in float64), the routers choose the same experts, and
+greedy generation writes transformers' ids."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from decoders import attentions, build, ids_for
+from decoders import attentions, build, float64_everywhere, float64_twin, ids_for
 from gguf_convert_llama4 import convert, expressible
 from helpers import reference_import
 from typer.testing import CliRunner
@@ -83,6 +83,18 @@ def test_float32_attention_and_logits_match_transformers(name, files, torch):
             logits = model(torch.tensor([ids])).logits[0].numpy()
         z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
         np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
+
+
+def test_float64_attention_matches_a_float64_transformers(files, torch, transformers):
+    """The MoE case (the other's rope_freqs are F32, as llama.cpp stores them: 1e-8 from float64 factors)."""
+    path, model = files("moe")
+    ids = ids_for(19, 1)
+    with float64_everywhere(torch):
+        twin = float64_twin(transformers, torch, model)
+        ref = attentions(torch, twin, ids)
+    run = load_model(path, dtype="float64").forward(ids)
+    for layer, want in enumerate(ref):
+        np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"layer {layer}")
 
 
 def test_the_routers_choose_transformers_experts(files, torch):
