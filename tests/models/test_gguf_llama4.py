@@ -7,6 +7,7 @@ greedy generation writes transformers' ids."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -64,6 +65,9 @@ def test_the_file_holds_llama_cpps_layout_and_qkv_reads_llama_cpps_fixed_values(
         (3,), 8192, (8192, 0.1), True)  # fmt: skip
     assert (c.mlp.moe.experts, c.mlp.moe.top_k, c.mlp.moe.dense_layers, c.mlp.moe.d_expert, c.d_ff) == (
         4, 2, (0, 2), 48, 40)  # fmt: skip
+    doc = json.loads(CliRunner().invoke(app, ["shapes", "--model", str(path), "--format", "json"]).stdout)
+    assert (doc["nope_layers"], doc["chunked_layers"], doc["chunk_size"]) == ([3], [0, 1, 2], 8192)
+    assert doc["total_parameters"] == doc["file_parameters"] == sum(p.numel() for p in model.parameters())
     tied = load_model(files("dense-tied-llama3")[0]).config
     assert tied.mlp.moe is None and tied.embeddings.tied and tied.rope.no_rope == ()
     factors = tied.rope.ropes[""].freq_factors
