@@ -96,7 +96,7 @@ def _transformers_value(stored: float, context, original: int) -> bool:
     return abs(stored - want) <= 2 * FLOAT32_EPS * want
 
 
-def tensors(out: dict[str, Tensor], raw: dict) -> dict[str, Tensor]:
+def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor], raw: dict) -> dict[str, Tensor]:
     """out (the generic names) with a layer's separate q_proj, k_proj and v_proj joined into qkv_proj."""
     for layer in range(raw.get("num_hidden_layers") or 0):
         p = f"model.layers.{layer}.self_attn."
