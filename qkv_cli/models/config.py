@@ -17,7 +17,6 @@ from qkv_cli.errors import QkvError
 if TYPE_CHECKING:  # models.options imports NumPy (through RoPE); a config needs its types only
     from qkv_cli.models.encdec_config import Seq2SeqOptions
     from qkv_cli.models.mla import Latent
-    from qkv_cli.models.moe import Moe
     from qkv_cli.models.options import Attention, Embeddings, Mlp, Norms, Positions
 
 REQUIRED = object()
@@ -66,7 +65,6 @@ class ModelConfig:
     mlp: Mlp | None = None
     norms: Norms | None = None
     embeddings: Embeddings | None = None
-    moe: Moe | None = None  # a mixture-of-experts MLP's options (models.moe); None: a dense MLP
     latent: Latent | None = None  # multi-head latent attention's widths (DeepSeek-V3: models.mla)
     seq2seq: Seq2SeqOptions | None = None  # an encoder-decoder's decoder sizes and family options (T5, BART ...)
     eos: tuple[int, ...] = ()  # end-of-sequence token ids (generate stops there)

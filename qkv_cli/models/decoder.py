@@ -8,7 +8,8 @@ SmolLM3, Phi-3, DeepSeek-V3.
             (GPT-NeoX):         x' = MLP(N_2(x)) + Att(N_1(x)) + x          (parallel residual)
     Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
     MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX),
-         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE), its routing kept in the layer's parts
+         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE, DeepSeek, Llama 4; a shared expert, a
+         correction bias, dense first layers: options of moe.Moe), its routing kept in the layer's parts
          (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.mla)
     last: N_f(x_L)
 
@@ -26,14 +27,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from qkv_cli.core.masks import MaskSpec
-from qkv_cli.models import attention, mla_names, rope
+from qkv_cli.models import attention, mla_names, moe_config, rope
 from qkv_cli.models.attention import AttentionWeights, Hooks, self_attention
 from qkv_cli.models.config import ModelConfig
 from qkv_cli.models.decoder_names import tensor_names
 from qkv_cli.models.decoder_params import parameter_table as parameter_table
 from qkv_cli.models.layers import ACTIVATIONS, IN_PLACE, Linear, layer_norm, rms_norm
 from qkv_cli.models.mla import latent_attention
-from qkv_cli.models.moe import Experts, MoeLayer
+from qkv_cli.models.moe import MoeLayer
 
 if TYPE_CHECKING:
     from qkv_cli.models.stream import RowMatrix
@@ -65,7 +66,7 @@ class Block:
     up: Linear | None  # d -> d_ff (None: a MoE layer)
     gate: Linear | None  # d -> d_ff (gated MLP), or None
     down: Linear | None  # d_ff -> d
-    moe: MoeLayer | None = None  # a mixture of experts instead of up, gate and down (DeepSeek's: deepseek_moe)
+    moe: MoeLayer | None = None  # a mixture of experts instead of up, gate and down
 
 
 @dataclass
@@ -174,8 +175,10 @@ def _norm(w, c: ModelConfig, names: dict, role: str) -> Norm | None:
     return Norm(w(names[role + ".w"]), b, c.norm_eps, c.norms.offset)
 
 
-def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
-    """Layer l's tensors, cast, in the shapes the forward pass uses ([W^q | W^k | W^v] fused)."""
+def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Block:
+    """Layer l's tensors, cast, in the shapes the forward pass uses ([W^q | W^k | W^v] fused); a MoE layer's router,
+    experts and shared expert(s) as moe_config.weights reads them. experts(get, l): a family's own experts (Llama
+    4's stacked ones)."""
     tau, dk = c.n_heads, c.d_k
     p = f"{l}."
 
@@ -210,22 +213,14 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
         gate, up = Linear(W[:dff], None, out_in=True), Linear(W[dff:], None, out_in=True)
     elif p + "up.w" in names:
         up, gate = linear(p + "up"), linear(p + "gate") if p + "gate.w" in names else None
-    else:  # a MoE layer whose family builds its own (DeepSeek's: deepseek_v3.prepare_block)
-        up = gate = None
     roles = ("attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm")
     norms = {k: n for k in roles if (n := _norm(w, c, names, p + k))}
-    if p + "router.w" in names:  # E experts: E x [d_e, d], E x [d_e, d], E x [d, d_e], as read (no stacked copy)
-        E = c.mlp.moe.experts
-        each = [[get(f"{p}experts.{e}.{x}.w") for e in range(E)] for x in ("gate", "up", "down")]
-        experts = MoeLayer(linear(p + "router"), Experts(*each, ACTIVATIONS[c.activation]))
-        return Block(AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk), norms, None, None, None, experts)
-    return Block(
-        attn if c.latent is not None else AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk),
-        norms,
-        up,
-        gate,
-        linear(p + "down"),
-    )
+    if c.latent is None:
+        attn = AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk)
+    if p + "router.w" in names:  # a mixture of experts instead of the MLP
+        moe = moe_config.weights(get, c, l, None if experts is None else experts(get, l))
+        return Block(attn, norms, None, None, None, moe)
+    return Block(attn, norms, up, gate, linear(p + "down"))
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)

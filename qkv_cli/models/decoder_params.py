@@ -59,12 +59,22 @@ def parameter_table(c: ModelConfig) -> list[Param]:
 
 
 def moe_params(c: ModelConfig, L: int) -> list[Param]:
-    """A mixture of experts' router and its E experts in each of its L layers."""
+    """A mixture of experts' router (and its correction bias), its E experts and its shared expert(s) in each of its
+    L layers."""
     o, d = c.mlp.moe, c.d
-    E, de = o.experts, o.d_expert
-    return [
-        Param("W_router", "W_r", (d, E), L, f"router: one logit per expert (top {o.top_k} of {E} chosen per token)"),
+    E, de, ds = o.experts, o.d_expert, o.d_shared
+    out = [Param("W_router", "W_r", (d, E), L, f"router: one logit per expert (top {o.top_k} of {E} chosen per token)")]
+    if o.correction:
+        out.append(Param("b_corr", "b_corr", (E,), L, "router correction bias (steers the choice only)"))
+    out += [
         Param("W_gate_experts", "W_gate[e]", (d, de), L * E, "expert MLP gate, per expert"),
         Param("W_up_experts", "W_up[e]", (d, de), L * E, "expert MLP expansion, per expert"),
         Param("W_down_experts", "W_down[e]", (de, d), L * E, "expert MLP projection back to d, per expert"),
     ]
+    if ds:
+        out += [
+            Param("W_gate_shared", "W_gate^s", (d, ds), L, "shared expert(s) gate (every token)"),
+            Param("W_up_shared", "W_up^s", (d, ds), L, "shared expert(s) expansion"),
+            Param("W_down_shared", "W_down^s", (ds, d), L, "shared expert(s) projection back to d"),
+        ]
+    return out

@@ -5,16 +5,13 @@ k largest scores (`topk_method` "greedy"), or the k largest within the `topk_gro
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from qkv_cli.errors import QkvError
 from qkv_cli.models import decoder, deepseek_v3
 from qkv_cli.models.deepseek_v3 import SPEC as SPEC
-from qkv_cli.models.deepseek_v3 import block as block
-from qkv_cli.models.deepseek_v3 import fixed_keys as fixed_keys
-from qkv_cli.models.deepseek_v3 import parameter_table as parameter_table
-from qkv_cli.models.deepseek_v3 import prepare as prepare
-from qkv_cli.models.deepseek_v3 import tensor_shapes as tensor_shapes
 
-BASE = decoder  # everything else: the shared RoPE decoder (with MLA); the MoE layers are DeepSeek-V3's, above
+BASE = decoder  # everything else: the shared RoPE decoder (with MLA and its mixture of experts)
 MODEL_TYPE = "deepseek_v2"
 PREFIXES = ("model.", "")
 ROUTERS = {"greedy": "softmax_topk", "group_limited_greedy": "softmax_groups"}  # topk_method -> models.moe router
@@ -24,4 +21,5 @@ def read_config(keys) -> dict:
     method = keys.str("topk_method", "greedy")
     if method not in ROUTERS:
         raise QkvError(f"{keys.where}: 'topk_method' {method!r} is not supported: use one of {', '.join(ROUTERS)}")
-    return deepseek_v3.read(keys, True, ROUTERS[method])
+    moe = replace(deepseek_v3.MOE, router=ROUTERS[method], normalise=False, correction=False)
+    return deepseek_v3.read(keys, True, moe)

@@ -17,8 +17,8 @@ NAMING = {
     "mixtral": "mixtral",
     "qwen3_moe": "qwen",
     "olmoe": "qwen",
-    "deepseek_v3": "qwen",
-    "deepseek_v2": "qwen",
+    "deepseek_v3": "deepseek",
+    "deepseek_v2": "deepseek",
 }  # model_type -> moe_config.NAMES
 STACKS = {"ffn_gate_exps": 0, "ffn_up_exps": 1, "ffn_down_exps": 2}  # -> the position in NAMES' expert names
 

@@ -8,6 +8,7 @@ What it never writes is read as llama.cpp reads it: biases by their presence, Ge
 Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs. A mixture of experts (Mixtral: a `llama` file with
 ffn_gate_inp; qwen3moe; olmoe) stacks each layer's experts in one tensor [E, rows, columns] (ffn_gate_exps,
 ffn_up_exps, ffn_down_exps): each expert is read back alone, as its own rows of the stack (models.gguf_experts).
+gpt-oss, deepseek2 and phi3 files have their own modules (models.gguf_gpt_oss, gguf_deepseek, gguf_phi3).
 """
 
 from __future__ import annotations
@@ -22,8 +23,13 @@ from qkv_cli.models.weights import Tensor
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "llama": "llama", "mistral": "mistral", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
     "gemma3": "gemma3_text", "gptneox": "gpt_neox", "olmo2": "olmo2", "qwen3moe": "qwen3_moe", "olmoe": "olmoe",
-    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3",
+    "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3", "phi3": "phi3",
+    "llama4": "llama4_text",
 }  # fmt: skip
+# architectures with their own module (models.gguf_<name>): config(raw, meta, tensors, where) fills the config.json
+# keys llama.cpp reads or fixes for it, tensors(out, gguf, raw) renames and joins its tensors, LAYER_NAMES (where
+# the module has them) adds its blk.N.<name> entries
+OWN_MODULES = {"deepseek2": "gguf_deepseek", "phi3": "gguf_phi3", "llama4": "gguf_llama4"}
 DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
@@ -113,11 +119,16 @@ def config_dict(meta: dict, tensors: dict, where: str) -> dict:
         _gemma_scalar(raw)
     if kind in MOE_NORMALISED:  # llama.cpp's build_moe_ffn: renormalised or not by architecture, never by a key
         raw["norm_topk_prob"] = MOE_NORMALISED[kind]
-    if arch == "deepseek2":  # multi-head latent attention, DeepSeekMoE
-        from qkv_cli.models.gguf_deepseek import config
-
-        config(raw, meta, tensors, where)
+    if arch in OWN_MODULES:  # DeepSeek's latent attention, Phi-3's LongRoPE, Llama 4's chunks and NoPE layers ...
+        own_module(arch).config(raw, meta, tensors, where)
     return raw
+
+
+def own_module(arch: str):
+    """The module of an architecture in OWN_MODULES (imported on first use)."""
+    import importlib
+
+    return importlib.import_module(f"qkv_cli.models.{OWN_MODULES[arch]}")
 
 
 def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]:
@@ -127,9 +138,9 @@ def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]
     is Llama 3.1's scaled theta_k again. transformers' GGUF loader ignores the tensor (and so runs such a file
     unscaled); qkv does as llama.cpp does."""
     t = tensors["rope_freqs.weight"]
-    if arch != "llama":  # of qkv's architectures, llama.cpp reads the tensor in llama files only
+    if arch not in ("llama", "llama4"):  # of qkv's architectures, llama.cpp reads the tensor in these only
         raise QkvError(f"{where}: per-frequency RoPE factors (rope_freqs) in a {arch} file are not supported: "
-                       "llama.cpp reads them in llama files")  # fmt: skip
+                       "llama.cpp reads them in llama and llama4 files")  # fmt: skip
     d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
     rot = raw.get("head_dim") or (d // tau if type(d) is int and type(tau) is int and tau > 0 else None)
     half = rot // 2 if type(rot) is int and 2 <= rot <= MAX_WIDTH else None
@@ -170,15 +181,13 @@ def _neox_config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
     raw["attention_bias"] = "blk.0.attn_qkv.bias" in tensors
 
 
-def hf_name(name: str, kind: str = "llama") -> str | None:
-    """The Hugging Face name of a GGUF tensor name in a model of type `kind`, or None for one the forward pass does
-    not use."""
+def hf_name(name: str, kind: str = "llama", arch: str | None = None) -> str | None:
+    """The Hugging Face name of a GGUF tensor name in a model of type `kind` (from a file of architecture `arch`),
+    or None for one the forward pass does not use."""
     neox = kind == "gpt_neox"
     globals_, layers = (NEOX_GLOBAL_NAMES, NEOX_LAYER_NAMES) if neox else (GLOBAL_NAMES, LAYER_NAMES)
-    if kind in DEEPSEEK:
-        from qkv_cli.models.gguf_deepseek import LAYER_NAMES as MLA_NAMES
-
-        layers = {**LAYER_NAMES, **MLA_NAMES}
+    if arch in OWN_MODULES:  # its own names: MLA's projections, Phi-3's fused attn_qkv and ffn_up ...
+        layers = {**LAYER_NAMES, **getattr(own_module(arch), "LAYER_NAMES", {})}
     stem, _, suffix = name.rpartition(".")
     if stem in globals_:
         return f"{globals_[stem]}.{suffix}"
@@ -206,7 +215,7 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         if (experts := gguf_experts.hf_tensors(name, t, kind)) is not None:
             out.update(experts)
             continue
-        target = hf_name(name, kind)
+        target = hf_name(name, kind, meta.get("general.architecture"))
         if target is None:
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
@@ -230,10 +239,9 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         from qkv_cli.models.gguf_gpt_oss import gpt_oss_tensors
 
         out.update(gpt_oss_tensors(tensors))
-    if kind in DEEPSEEK:  # kv_b_proj joined, experts split, the correction bias named
-        from qkv_cli.models.gguf_deepseek import tensors as deepseek_tensors
-
-        return deepseek_tensors(out, tensors, raw_config)
+    arch = meta.get("general.architecture")
+    if arch in OWN_MODULES:  # DeepSeek's kv_b_proj joined, Phi-3's q, k, v apart joined, Llama 4's experts ...
+        return own_module(arch).tensors(out, tensors, raw_config)
     return out
 
 

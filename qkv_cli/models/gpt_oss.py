@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models import decoder, decoder_config, decoder_names, decoder_params
+from qkv_cli.models import decoder, decoder_config, decoder_names, decoder_params, moe_config
 from qkv_cli.models.attention import AttentionWeights, self_attention
 from qkv_cli.models.config import ModelConfig, Param
 from qkv_cli.models.layers import Linear
-from qkv_cli.models.moe import Moe, moe_mlp, sigmoid
+from qkv_cli.models.moe import Moe, MoeLayer, sigmoid
 
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "gpt_oss"
@@ -70,8 +70,7 @@ class Block:
     attn: AttentionWeights
     norms: dict  # "attn_in", "mlp_in" -> decoder.Norm
     sinks: np.ndarray  # [tau] s_j
-    router: Linear  # d -> E, with its bias
-    experts: ClampedSwiGLU
+    moe: MoeLayer  # the router W_r with its bias b_r, and the ClampedSwiGLU experts (moe_config.weights)
 
 
 def tensor_names(c: ModelConfig) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -136,7 +135,8 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
     alpha, limit = c.mlp.swiglu
     experts = ClampedSwiGLU(get("experts.gate_up.w"), get("experts.gate_up.b"), get("experts.down.w"),
                             get("experts.down.b"), alpha, limit)  # fmt: skip
-    return Block(attn, norms, get("sinks"), Linear(get("router.w"), get("router.b"), out_in=True), experts)
+    moe = moe_config.weights(lambda role: w(names[role]) if role in names else None, c, l, experts)
+    return Block(attn, norms, get("sinks"), moe)
 
 
 def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64, start: int = 0):
@@ -150,7 +150,7 @@ def block(p, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, v
     h_ = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
     parts = self_attention(b.norms["attn_in"](x), b.attn, h_, mask, kernel, cache, into, rows)
     h = x + parts.output
-    f, routing = moe_mlp(b.norms["mlp_in"](h), b.router, c.mlp.moe, b.experts)
+    f, routing = b.moe(b.norms["mlp_in"](h), c.mlp.moe)
     return h + f, parts._replace(routing=routing)  # the routing goes out with the attention's parts
 
 

@@ -21,13 +21,11 @@ from dataclasses import replace
 from functools import partial
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models import decoder, decoder_config
-from qkv_cli.models.config import Param
+from qkv_cli.models import decoder, decoder_config, moe_config
 from qkv_cli.models.decoder_names import tensor_names as dense_names
-from qkv_cli.models.decoder_params import parameter_table as dense_parameters
 from qkv_cli.models.gguf_map import unpermute
-from qkv_cli.models.layers import ACTIVATIONS, Linear
-from qkv_cli.models.moe import Experts, Moe, MoeLayer
+from qkv_cli.models.layers import ACTIVATIONS
+from qkv_cli.models.moe import Experts, Moe
 
 BASE = decoder  # everything else: the shared RoPE decoder
 MODEL_TYPE = "llama4_text"
@@ -105,29 +103,23 @@ def dense(c):  # the config with its MoE layers as dense ones: what the shared d
     return replace(c, mlp=replace(c.mlp, moe=None))
 
 
-def is_moe(c, layer: int) -> bool:
-    return c.mlp.moe is not None and layer not in c.mlp.moe.dense_layers
-
-
 def tensor_names(c) -> dict:
     """The shared decoder's tensor names (name -> (shape, role)), a MoE layer's feed_forward replaced by the router
-    (role l.moe.router.w), the stacked experts (l.moe.gate_up, l.moe.down) and the shared expert (l.moe.shared.*)."""
+    and the shared expert (moe_config: roles l.router.w, l.shared.*) and the stacked experts (l.moe.gate_up,
+    l.moe.down)."""
     out = dense_names(dense(c))
     if c.mlp.moe is None:
         return out
     E, de, d = c.mlp.moe.experts, c.mlp.moe.d_expert, c.d
     for l in range(c.n_layers):
-        if not is_moe(c, l):
+        if not moe_config.is_moe(c, l):
             continue
         p, r = f"layers.{l}.feed_forward.", f"{l}.moe."
         for x in ("gate", "up", "down"):
             out.pop(f"{p}{x}_proj.weight")
-        out |= {p + "router.weight": ((E, d), r + "router.w"),
-                p + "experts.gate_up_proj": ((E, d, 2 * de), r + "gate_up"),
-                p + "experts.down_proj": ((E, de, d), r + "down"),
-                p + "shared_expert.gate_proj.weight": ((de, d), r + "shared.gate"),
-                p + "shared_expert.up_proj.weight": ((de, d), r + "shared.up"),
-                p + "shared_expert.down_proj.weight": ((d, de), r + "shared.down")}  # fmt: skip
+        out |= {f"layers.{l}.{name}": spec for name, spec in moe_config.tensor_names(c, l).items()}
+        out |= {p + "experts.gate_up_proj": ((E, d, 2 * de), r + "gate_up"),
+                p + "experts.down_proj": ((E, de, d), r + "down")}  # fmt: skip
     return out
 
 
@@ -146,28 +138,13 @@ def prepare(w, c, dtype):
 
 
 def prepare_block(w, c, names: dict, l: int):
-    """Layer l as the shared decoder builds it; a MoE layer's router, experts (views of the stacked tensors, in
-    models.moe.Experts' [E, out, in] order) and shared expert added."""
-    r = f"{l}.moe."
-    blk = decoder.prepare_block(w, c, {k: v for k, v in names.items() if not k.startswith(r)}, l)
-    if r + "router.w" not in names:
-        return blk
-    act, de = ACTIVATIONS[c.activation], c.mlp.moe.d_expert
-    gate_up, down = w(names[r + "gate_up"]), w(names[r + "down"])  # [E, d, 2 d_e], [E, d_e, d]
-    T = (0, 2, 1)
-    experts = Experts(gate_up[..., :de].transpose(T), gate_up[..., de:].transpose(T), down.transpose(T), act)
-    shared = Experts(*(w(names[r + "shared." + x])[None] for x in ("gate", "up", "down")), act)
-    router = Linear(w(names[r + "router.w"]), None, out_in=True)
-    return replace(blk, up=None, gate=None, down=None, moe=MoeLayer(router, experts, partial(shared, 0)))
+    """Layer l as the shared decoder builds it (a MoE layer's router and shared expert: moe_config.weights), with
+    the routed experts as views of the stacked tensors, in models.moe.Experts' [E, out, in] order."""
+    return decoder.prepare_block(w, c, names, l, experts=partial(stacked_experts, c))
 
 
-def parameter_table(c) -> list[Param]:
-    """The shared decoder's table (the router and the routed experts included) and each MoE layer's shared expert."""
-    out = dense_parameters(c)
-    o = c.mlp.moe
-    if o is None:
-        return out
-    L, d, de = c.n_layers - len(o.dense_layers), c.d, o.d_shared
-    return out + [Param("W_gate_shared", "W_gate^s", (d, de), L, "shared expert gate (every token)"),
-                  Param("W_up_shared", "W_up^s", (d, de), L, "shared expert expansion"),
-                  Param("W_down_shared", "W_down^s", (de, d), L, "shared expert projection back to d")]  # fmt: skip
+def stacked_experts(c, get, l: int) -> Experts:
+    gate_up, down = get(f"{l}.moe.gate_up"), get(f"{l}.moe.down")  # [E, d, 2 d_e], [E, d_e, d]
+    de, T = c.mlp.moe.d_expert, (0, 2, 1)
+    return Experts(gate_up[..., :de].transpose(T), gate_up[..., de:].transpose(T), down.transpose(T),
+                   ACTIVATIONS[c.activation])  # fmt: skip

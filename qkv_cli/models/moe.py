@@ -49,7 +49,9 @@ class Moe:
     normalise: bool = False  # renormalise the k weights to sum 1 (norm_topk_prob)
     scaling: float = 1.0  # routed_scaling_factor: multiplies the k weights
     d_expert: int = 1  # each expert's hidden width (moe_intermediate_size, or intermediate_size)
-    d_shared: int = 0  # the width of the shared expert(s) always added (0: none); n_shared * d_expert for DeepSeek
+    d_shared: int = 0  # the width of the shared expert(s) every token goes through (0: none); DeepSeek's n_shared
+    # experts are one gated MLP n_shared * d_expert wide (their rows stacked), Llama 4's one as wide as an expert
+    correction: bool = False  # the router has a correction bias b_corr (e_score_correction_bias: sigmoid_groups)
     groups: int = 1  # n_group: experts split in groups (sigmoid_groups)
     top_groups: int = 1  # topk_group: the groups a token may choose from
     dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead (mlp_only_layers, first_k_dense_replace)
@@ -67,6 +69,9 @@ class Moe:
             raise QkvError(f"router {self.router!r} is not supported: use one of {', '.join(ROUTERS)}")
         if not isinstance(self.normalise, bool):
             raise QkvError(f"norm_topk_prob must be true or false, got {self.normalise!r}")
+        if not isinstance(self.correction, bool) or (self.correction and self.router != "sigmoid_groups"):
+            raise QkvError(f"a correction bias (true or false) steers the sigmoid_groups router only, got "
+                           f"{self.correction!r} for {self.router}")  # fmt: skip
         s = self.scaling
         if isinstance(s, bool) or not isinstance(s, int | float) or not (math.isfinite(s) and s > 0):
             raise QkvError(f"routed_scaling_factor must be a positive number, got {s!r}")

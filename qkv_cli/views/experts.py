@@ -11,7 +11,7 @@ def check(model) -> None:
     if model is None:
         raise QkvError("--show experts needs a mixture-of-experts checkpoint (--model): random weights have no experts")
     mlp = getattr(model.config, "mlp", None)
-    if getattr(mlp, "moe", None) is None and getattr(model.config, "moe", None) is None:  # DeepSeek's: config.moe
+    if getattr(mlp, "moe", None) is None:
         raise QkvError(f"--show experts: {model.name} ({model.config.family}) has a dense MLP, no experts to show")
 
 

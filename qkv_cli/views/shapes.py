@@ -98,7 +98,7 @@ def emit_model(sh, fmt: str) -> None:
         dims["kv_heads"] = c.n_kv_heads
     if c.rope is not None and c.rope.no_rope:  # SmolLM3: the layers without RoPE
         dims["nope_layers"] = list(c.rope.no_rope)
-    moe = (c.mlp.moe if c.mlp is not None else None) or getattr(c, "moe", None)  # DeepSeek's: config.moe
+    moe = c.mlp.moe if c.mlp is not None else None
     if moe is not None:  # a mixture of experts: E experts, k chosen per token, each d_expert wide
         dims |= {"experts": moe.experts, "top_k": moe.top_k, "d_expert": moe.d_expert}
         if moe.dense_layers:

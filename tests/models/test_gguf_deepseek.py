@@ -54,7 +54,7 @@ def test_the_file_holds_llama_cpps_layout_and_qkv_reads_mla_back(made):
     c = load_model(path).config
     assert (c.family, c.n_kv_heads, c.d_k, c.latent.d_v, c.latent.kv_rank, c.latent.q_rank) == (
         "deepseek_v3", 4, 12, 6, 10, 12)  # fmt: skip
-    assert c.latent.interleaved and c.moe is None and c.attention.scale == pytest.approx(12**-0.5)
+    assert c.latent.interleaved and c.mlp.moe is None and c.attention.scale == pytest.approx(12**-0.5)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -103,13 +103,15 @@ def test_greedy_generation_from_the_file_writes_transformers_ids(made, torch):
 def test_the_moe_keys_read_from_the_metadata(files):
     """The stacked experts split back, the router's correction bias found, the router kind from the gating
     function (2, sigmoid: DeepSeek-V3; absent, softmax: DeepSeek-V2, group-limited with expert_group_count > 1)."""
-    v3 = load_model(files("deepseek_v3-moe")[0]).config
-    assert (v3.family, v3.moe.router, v3.moe.experts, v3.moe.top_k, v3.moe.groups, v3.moe.top_groups) == (
+    c3 = load_model(files("deepseek_v3-moe")[0]).config
+    v3 = c3.mlp.moe
+    assert (c3.family, v3.router, v3.experts, v3.top_k, v3.groups, v3.top_groups) == (
         "deepseek_v3", "sigmoid_groups", 8, 2, 2, 1)  # fmt: skip
-    assert v3.moe.normalise and v3.moe.scaling == 2.5 and v3.moe.d_shared == 8 and v3.moe.dense_layers == (0,)
-    v2 = load_model(files("deepseek_v2-groups")[0]).config
-    assert (v2.family, v2.moe.router, v2.moe.normalise, v2.latent.q_rank) == ("deepseek_v2", "softmax_groups", False,
-                                                                              None)  # fmt: skip
+    assert v3.normalise and v3.scaling == 2.5 and v3.d_shared == 8 and v3.dense_layers == (0,) and v3.correction
+    c2 = load_model(files("deepseek_v2-groups")[0]).config
+    v2 = c2.mlp.moe
+    assert (c2.family, v2.router, v2.normalise, v2.correction, c2.latent.q_rank) == ("deepseek_v2", "softmax_groups",
+                                                                                     False, False, None)  # fmt: skip
 
 
 def test_an_unknown_gating_function_is_refused_in_one_line(made, tmp_path):

@@ -130,7 +130,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     correction bias steering the choice within the best group, renormalised, times routed_scaling_factor 2.5; V2:
     softmax scores, the k best or the k best of the best group, times the factor); the first layer is dense; V3's
     correction bias changes some choice (it is read)."""
-    from qkv_cli.models import deepseek_moe
+    from qkv_cli.models import moe
     from qkv_cli.models.moe import route
 
     folder, model = built(name)
@@ -150,8 +150,8 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     for h in hooks:
         h.remove()
     got = []
-    plain = deepseek_moe.MoeLayer.__call__
-    monkeypatch.setattr(deepseek_moe.MoeLayer, "__call__", lambda self, x: got.append((self, x)) or plain(self, x))
+    plain = moe.MoeLayer.__call__  # the shared decoder's MoE layer
+    monkeypatch.setattr(moe.MoeLayer, "__call__", lambda self, x, o: got.append((self, x)) or plain(self, x, o))
     ours = load_model(folder, dtype="float32")
     run = ours.forward(ids)
     assert sorted(want) == [1, 2] and len(got) == 2 and ours.params.blocks[0].moe is None
@@ -159,7 +159,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
     steered = False
     for (layer, x), (l, (x_ref, (_, weights, top))) in zip(got, sorted(want.items()), strict=True):
         np.testing.assert_allclose(x, x_ref[0].numpy(), atol=1e-5, err_msg=f"layer {l}: the router's input")
-        routing = route(layer.router(x), layer.options, layer.correction)
+        routing = route(layer.router(x), ours.config.mlp.moe, layer.correction)
         order = np.argsort(top.numpy(), axis=1)  # transformers' top-k is unsorted: compare as sets
         np.testing.assert_array_equal(np.sort(routing.top, axis=1), np.take_along_axis(top.numpy(), order, 1))
         np.testing.assert_array_equal(run.router_top[l], routing.top)  # what --show experts and exports hold
@@ -167,7 +167,7 @@ def test_moe_layers_route_as_transformers(name, built, monkeypatch, torch):
         np.testing.assert_allclose(mine, np.take_along_axis(weights.numpy(), order, 1), atol=1e-5)
         if name == "deepseek_v3-moe":
             np.testing.assert_allclose(routing.weights.sum(axis=1), 2.5, rtol=1e-5)
-            unsteered = route(layer.router(x), layer.options).top
+            unsteered = route(layer.router(x), ours.config.mlp.moe).top
             steered |= bool((np.sort(unsteered, 1) != np.sort(routing.top, 1)).any())
     assert steered == (name == "deepseek_v3-moe")
 
@@ -204,8 +204,9 @@ def test_explain_shows_the_nope_and_rope_parts_of_a_score(name, built):
 @pytest.mark.parametrize(
     "name,changes,fragment",
     [
-        ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "chosen per token (9) cannot exceed the experts (8)"),
-        ("deepseek_v3-moe", {"n_routed_experts": 0}, "experts must be a whole number of at least 1, got 0"),
+        ("deepseek_v3-moe", {"num_experts_per_tok": 9}, "(9) cannot exceed 'n_routed_experts' (8)"),
+        ("deepseek_v3-moe", {"n_routed_experts": 0}, "'n_routed_experts' must be at least 1, got 0"),
+        ("deepseek_v3-moe", {"n_shared_experts": -1}, "'n_shared_experts' must be at least 0, got -1"),
         ("deepseek_v3-moe", {"n_group": 3}, "the experts (8) must split evenly into n_group (3) groups"),
         ("deepseek_v3-moe", {"topk_group": 3}, "topk_group (3) cannot exceed n_group (2)"),
         ("deepseek_v3-moe", {"routed_scaling_factor": 0}, "routed_scaling_factor must be a positive number"),
@@ -217,3 +218,30 @@ def test_bad_moe_keys_are_one_line_exit_2_before_weights(name, changes, fragment
     bad = copy_with(folder, tmp_path, changes, weights=False)
     r = CliRunner().invoke(app, ["run", "a b c", "--model", str(bad)])
     assert r.exit_code == 2 and fragment in r.output and r.output.count("\n") == 1, r.output
+
+
+def test_show_experts_and_the_json_routing_are_transformers_choice(built, torch):
+    """`--show experts` and `--format json` on DeepSeek-V3's MoE layers: transformers' experts (as sets: its top-k is
+    unsorted) with weights summing to routed_scaling_factor 2.5; the dense first layer says so and routes nothing."""
+    folder, model = built("deepseek_v3-moe")
+    text = "the cat sat on the mat"
+    ours = load_model(folder, dtype="float32")
+    ids = list(ours.tokenize(text).ids)
+    seen = {}
+    hooks = [layer.mlp.gate.register_forward_hook(lambda mod, args, out, l=l: seen.__setitem__(l, out[2].numpy()))
+             for l, layer in enumerate(model.model.layers) if hasattr(layer.mlp, "gate")]  # fmt: skip
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for h in hooks:
+        h.remove()
+    common = ["run", text, "--model", str(folder), "--dtype", "float32"]
+    doc = json.loads(CliRunner().invoke(app, [*common, "--format", "json"]).stdout)
+    top, g = np.array(doc["router_top"]), np.array(doc["router_weights"])
+    assert sorted(seen) == [1, 2] and (top[0] == -1).all() and not g[0].any()
+    for l in (1, 2):
+        np.testing.assert_array_equal(np.sort(top[l], 1), np.sort(seen[l], 1), err_msg=f"layer {l}")
+        np.testing.assert_allclose(g[l].sum(1), 2.5, rtol=1e-5)
+    r = CliRunner().invoke(app, [*common, "--show", "experts", "--layer", "0,2"])
+    assert r.exit_code == 0 and "layer 0: a dense MLP (no experts)" in r.output, r.output
+    for i in range(len(ids)):  # the row of token i: its two experts with their weights, in the biased choice's order
+        assert f"{top[2, i, 0]} ({g[2, i, 0]:.2f})   {top[2, i, 1]} ({g[2, i, 1]:.2f})" in r.output

@@ -94,6 +94,8 @@ def test_every_router_chooses_k_distinct_experts_with_finite_weights_in_the_inpu
         ({"experts": 8, "top_k": 3, "router": "sigmoid_groups", "groups": 4, "top_groups": 1}, "cannot be chosen"),
         ({"experts": 5000, "top_k": 2}, "more than qkv reads"),
         ({"experts": 4, "top_k": 2, "d_shared": -1}, "d_shared"),
+        ({"experts": 4, "top_k": 2, "correction": True}, "correction bias (true or false) steers the sigmoid_groups"),
+        ({"experts": 4, "top_k": 2, "router": "sigmoid_groups", "correction": 1}, "correction bias (true or false)"),
         ({"experts": 4, "top_k": 2, "dense_layers": (-1,)}, "layer indices"),
         ({"experts": 4, "top_k": True}, "top_k must be"),
     ],

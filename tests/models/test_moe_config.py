@@ -64,6 +64,51 @@ def test_tensors_and_parameter_table_count_every_expert():
     assert mixtral["layers.2.block_sparse_moe.experts.0.w2.weight"] == (16, 24)
 
 
+MLA = {"q_lora_rank": 8, "kv_lora_rank": 6, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4, "v_head_dim": 4,
+       "head_dim": 4, "num_key_value_heads": 4}  # fmt: skip
+DEEPSEEK = {**MLA, "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 6, "n_shared_experts": 2,
+            "routed_scaling_factor": 2.5, "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
+def test_deepseek_reads_its_moe_keys_into_the_shared_options(family):
+    """DeepSeekMoE's keys as typed options of the shared Moe: two shared experts of 6 are one 12 wide, the first
+    layer dense; V3's router renormalises and has a correction bias, V2's (greedy softmax) neither."""
+    o = config_from_dict({"model_type": family, **BASE, **DEEPSEEK}, "config.json").mlp.moe
+    v3 = family == "deepseek_v3"
+    assert (o.experts, o.top_k, o.d_expert, o.d_shared, o.scaling, o.groups, o.top_groups, o.dense_layers) == (
+        8, 2, 6, 12, 2.5, 2, 1, (0,))  # fmt: skip
+    assert (o.router, o.normalise, o.correction) == (("sigmoid_groups", True, True) if v3 else
+                                                     ("softmax_topk", False, False))  # fmt: skip
+    no_experts = {k: v for k, v in DEEPSEEK.items() if k != "n_routed_experts"}
+    assert config_from_dict({"model_type": family, **BASE, **no_experts}, "config.json").mlp.moe is None
+    all_dense = config_from_dict({"model_type": family, **BASE, **DEEPSEEK, "first_k_dense_replace": 3}, "c.json")
+    assert all_dense.mlp.moe is None
+
+
+def test_deepseek_and_llama4_name_their_shared_experts_with_the_same_roles():
+    """One shared-expert mechanism: the roles l.shared.gate/up/down (read by moe_config.weights) behind each family's
+    own tensor names; DeepSeek-V3's correction bias beside its router."""
+    from qkv_cli.models.decoder_names import tensor_names
+
+    ds = config_from_dict({"model_type": "deepseek_v3", **BASE, **DEEPSEEK}, "config.json")
+    names = tensor_names(ds)
+    assert names["layers.1.mlp.shared_experts.up_proj.weight"] == ((12, 16), "1.shared.up.w")
+    assert names["layers.1.mlp.shared_experts.down_proj.weight"] == ((16, 12), "1.shared.down.w")
+    assert names["layers.2.mlp.gate.e_score_correction_bias"] == ((8,), "2.router.correction")
+    assert names["layers.2.mlp.experts.7.gate_proj.weight"] == ((6, 16), "2.experts.7.gate.w")
+    assert "layers.0.mlp.gate.weight" not in names and names["layers.0.mlp.up_proj.weight"][1] == "0.up.w"
+    l4 = {"model_type": "llama4_text", **BASE, "num_local_experts": 4, "num_experts_per_tok": 1, "moe_layers": [1]}
+    c4 = config_from_dict(l4, "config.json")
+    names4 = family_for("llama4_text").tensor_names(c4)
+    assert names4["layers.1.feed_forward.shared_expert.gate_proj.weight"] == ((24, 16), "1.shared.gate.w")
+    assert names4["layers.1.feed_forward.router.weight"] == ((4, 16), "1.router.w")
+    for c in (ds, c4):
+        table = {p.name: p for p in parameter_table(c)}
+        assert table["W_up_shared"].shape == (16, c.mlp.moe.d_shared) and table["W_up_shared"].count == 2 - (c is c4)
+    assert "b_corr" in {p.name for p in parameter_table(ds)} and "b_corr" not in {p.name for p in parameter_table(c4)}
+
+
 @pytest.mark.parametrize(
     "family, changes, fragment",
     [
