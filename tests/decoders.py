@@ -166,6 +166,58 @@ def attentions(torch, model, ids) -> list:
     return [a[0].numpy() for a in out.attentions]
 
 
+def check_float32(torch, path, model, lengths=(1, 7, 19)) -> None:
+    """qkv's float32 forward of the file at `path` against transformers' eager `model`, on texts of each length:
+    every layer's attention within 1e-5, the logits within 5e-4."""
+    import numpy as np
+
+    from qkv_cli.models import load_model
+
+    ours = load_model(path, dtype="float32")
+    for m in lengths:
+        ids = ids_for(m, m)
+        run = ours.forward(ids)
+        for layer, want in enumerate(attentions(torch, model, ids)):
+            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{m}: layer {layer}")
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0].numpy()
+        z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
+        np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
+
+
+def check_float64(torch, transformers, path, model, lengths=(19,)) -> None:
+    """qkv's float64 forward of the file against a float64 copy of `model`: every layer's attention within 1e-10."""
+    import numpy as np
+
+    from qkv_cli.models import load_model
+
+    ours = load_model(path, dtype="float64")
+    for m in lengths:
+        ids = ids_for(m, 1)
+        with float64_everywhere(torch):
+            ref = attentions(torch, float64_twin(transformers, torch, model), ids)
+        run = ours.forward(ids)
+        for layer, want in enumerate(ref):
+            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"{m}: layer {layer}")
+
+
+def check_greedy(torch, path, model, m: int = 9, new: int = 12) -> None:
+    """qkv's greedy generation of `new` tokens from the file, after an m-token prompt, writes transformers' ids."""
+    from qkv_cli.models import load_model
+    from qkv_cli.pipeline.generate import generate
+    from qkv_cli.text.tokens import Tokens
+
+    prompt = ids_for(m, 7)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        want = model.generate(torch.tensor([prompt]), max_new_tokens=new, min_new_tokens=new, do_sample=False)
+    labels = tuple(str(i) for i in prompt)
+    tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * m, ids=tuple(prompt))
+    gen = generate(load_model(path, dtype="float32"), tokens, new)
+    assert gen.step_ids.tolist() == want[0, m:].tolist()
+
+
 def reference_routing(torch, model, ids) -> dict:
     """layer -> (top [m, k], weights [m, k]) from the router module of each MoE layer (its forward's output)."""
     seen, handles = {}, []

@@ -6,9 +6,13 @@ are). qkv reads the file; every layer's attention equals transformers' eager att
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin, ids_for
+from decoders import (
+    build,
+    check_float32,
+    check_float64,
+    check_greedy,
+)
 from gguf_convert_deepseek import convert
 from helpers import reference_import
 
@@ -59,45 +63,16 @@ def test_the_file_holds_llama_cpps_layout_and_qkv_reads_mla_back(made):
 
 @pytest.mark.parametrize("name", CASES)
 def test_float32_attention_and_logits_match_transformers(name, files, torch):
-    path, model = files(name)
-    ours = load_model(path, dtype="float32")
-    for m in (1, 7, 19):
-        ids = ids_for(m, m)
-        run = ours.forward(ids)
-        for layer, want in enumerate(attentions(torch, model, ids)):
-            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"layer {layer}")
-        with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0].numpy()
-        z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
-        np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
+    check_float32(torch, *files(name))
 
 
 @pytest.mark.parametrize("name", CASES)
 def test_float64_attention_matches_a_float64_transformers(name, files, torch, transformers):
-    path, model = files(name)
-    ids = ids_for(19, 1)
-    with float64_everywhere(torch):
-        twin = float64_twin(transformers, torch, model)
-        ref = attentions(torch, twin, ids)
-    run = load_model(path, dtype="float64").forward(ids)
-    for layer, want in enumerate(ref):
-        np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"layer {layer}")
+    check_float64(torch, transformers, *files(name))
 
 
 def test_greedy_generation_from_the_file_writes_transformers_ids(made, torch):
-    from qkv_cli.pipeline.generate import generate
-    from qkv_cli.text.tokens import Tokens
-
-    path, model = made
-    prompt = ids_for(9, 7)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    with torch.no_grad():
-        want = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
-    labels = tuple(str(i) for i in prompt)
-    tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * 9, ids=tuple(prompt))
-    gen = generate(load_model(path, dtype="float32"), tokens, 12)
-    assert gen.step_ids.tolist() == want[0, 9:].tolist()
+    check_greedy(torch, *made)
 
 
 def test_the_moe_keys_read_from_the_metadata(files):

@@ -14,7 +14,13 @@ import math
 
 import numpy as np
 import pytest
-from decoders import attentions, build, float64_everywhere, float64_twin, ids_for
+from decoders import (
+    build,
+    check_float32,
+    check_float64,
+    check_greedy,
+    ids_for,
+)
 from gguf_convert import write_vocab
 from gguf_convert_phi3 import convert
 from helpers import reference_import
@@ -90,17 +96,7 @@ def test_the_window_and_the_tied_head_read_from_the_file(files):
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_float32_attention_and_logits_match_transformers(case, files, torch):
-    path, model = files(case)
-    ours = load_model(path, dtype="float32")
-    for m in CASES[case][2]:
-        ids = ids_for(m, m)
-        run = ours.forward(ids)
-        for layer, want in enumerate(attentions(torch, model, ids)):
-            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-5, rtol=0, err_msg=f"{m}: layer {layer}")
-        with torch.no_grad():
-            logits = model(torch.tensor([ids])).logits[0].numpy()
-        z = ours.family.logits(ours.params, ours.config, run.last_hidden_state)
-        np.testing.assert_allclose(z, logits, atol=5e-4, rtol=1e-4)
+    check_float32(torch, *files(case), CASES[case][2])
 
 
 def test_the_long_factors_apply_beyond_the_original_context(files):
@@ -125,32 +121,13 @@ def as_stored(model):
 @pytest.mark.parametrize("case", ["phi3-longrope", "phi3"])
 def test_float64_attention_matches_a_float64_transformers(case, files, torch, transformers):
     path, model = files(case)
-    ours = load_model(path, dtype="float64")
-    for m in (8, 19):
-        ids = ids_for(m, 1)
-        with float64_everywhere(torch):
-            ref = attentions(torch, float64_twin(transformers, torch, as_stored(model)), ids)
-        run = ours.forward(ids)
-        for layer, want in enumerate(ref):
-            np.testing.assert_allclose(run.attentions[layer], want, atol=1e-10, rtol=0, err_msg=f"{m}: layer {layer}")
+    check_float64(torch, transformers, path, as_stored(model), (8, 19))
 
 
 @pytest.mark.parametrize("case,m", [("phi3-longrope", 5), ("phi3-tied", 9), ("phi3", 6)])
 def test_greedy_generation_from_the_file_writes_transformers_ids(case, m, files, torch):
     """Prompts within the original context generating 12 tokens past it (the long factors from the switch on)."""
-    from qkv_cli.pipeline.generate import generate
-    from qkv_cli.text.tokens import Tokens
-
-    path, model = files(case)
-    prompt = ids_for(m, 7)
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    with torch.no_grad():
-        want = model.generate(torch.tensor([prompt]), max_new_tokens=12, min_new_tokens=12, do_sample=False)
-    labels = tuple(str(i) for i in prompt)
-    tokens = Tokens(strings=labels, labels=labels, offsets=((0, 0),) * m, ids=tuple(prompt))
-    gen = generate(load_model(path, dtype="float32"), tokens, 12)
-    assert gen.step_ids.tolist() == want[0, m:].tolist()
+    check_greedy(torch, *files(case), m)
 
 
 def rewritten(gguf, path, out, keys: dict, factors: dict) -> None:
