@@ -313,6 +313,21 @@ def parameter(name: str) -> str:
     return name
 
 
+def add_named(w, names, hf: str, x) -> None:
+    """Store x (as float32) under llama.cpp's name for the Hugging Face tensor hf (ModelBase.map_tensor_name)."""
+    new = names.get_name(hf, try_suffixes=(".weight", ".bias"))
+    assert new is not None, f"llama.cpp has no name for {hf}"
+    w.add_tensor(new, np.ascontiguousarray(x, dtype=np.float32))
+
+
+def finish(w) -> None:
+    """Write the header, the metadata and the tensors, and close the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> set[str]:
     """Write `model` to `path` as convert_hf_to_gguf.py does; returns the Hugging Face names stored as F16."""
     from qkv_cli.text.tokens import BPE_PATH
@@ -339,8 +354,5 @@ def convert(gguf, model, path, f16: bool = False, freq_base: bool = False) -> se
         if half:
             halves.add(parameter(name) if h["model_type"] in MOE else name)
         w.add_tensor(new, x.astype(np.float16 if half else np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     return halves

@@ -15,7 +15,7 @@ DeepseekV2Model in llama.cpp's convert_hf_to_gguf.py (conversion/deepseek.py), n
 from __future__ import annotations
 
 import numpy as np
-from gguf_convert import write_vocab
+from gguf_convert import add_named, finish, write_vocab
 
 
 def parameters(gguf, w, h: dict) -> None:
@@ -102,10 +102,5 @@ def convert(gguf, model, path, folder) -> None:
     held: dict = {}
     for name, stored in load_file(folder / "model.safetensors").items():
         for hf, x in modified(h, name, stored, held):
-            new = names.get_name(hf, try_suffixes=(".weight", ".bias"))
-            assert new is not None, f"llama.cpp has no name for {hf}"
-            w.add_tensor(new, np.ascontiguousarray(x, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            add_named(w, names, hf, x)
+    finish(w)

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
-from gguf_convert import llama3_rope_freqs, text_parameters, write_vocab
+from gguf_convert import add_named, finish, llama3_rope_freqs, text_parameters, write_vocab
 
 CHUNK, FLOOR_SCALE, ATTN_SCALE = 8192, 8192, 0.1  # what llama.cpp runs every llama4 file with
 
@@ -84,10 +83,5 @@ def convert(gguf, model, path) -> None:
     names = gguf.get_tensor_name_map(arch, h["num_hidden_layers"])
     for name, t in model.state_dict().items():
         for hf, x in modified(h, name, t.detach().numpy()):
-            new = names.get_name(hf, try_suffixes=(".weight", ".bias"))
-            assert new is not None, f"llama.cpp has no name for {hf}"
-            w.add_tensor(new, np.ascontiguousarray(x, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            add_named(w, names, hf, x)
+    finish(w)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-from gguf_convert import text_parameters, write_vocab
+from gguf_convert import add_named, finish, text_parameters, write_vocab
 
 
 def expressible(transformers, torch, model):
@@ -72,13 +72,8 @@ def convert(gguf, model, path, mxfp4: bool = True) -> dict[str, np.ndarray]:
             continue
         if name.endswith("sinks"):
             name += ".weight"
-        new = names.get_name(name, try_suffixes=(".weight", ".bias"))
-        assert new is not None, f"llama.cpp has no name for {name}"
-        w.add_tensor(new, x.astype(np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        add_named(w, names, name, x)
+    finish(w)
     return stored
 
 

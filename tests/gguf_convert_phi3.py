@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from gguf_convert import write_vocab
+from gguf_convert import add_named, finish, write_vocab
 
 
 def rope_parameters(h: dict) -> dict:
@@ -96,10 +96,5 @@ def convert(gguf, model, path, split: bool = False) -> None:
             parts = [(name.replace("qkv_proj", p), rows) for p, rows in
                      (("q_proj", x[:q]), ("k_proj", x[q : q + k]), ("v_proj", x[q + k :]))]  # fmt: skip
         for hf, y in parts:
-            new = names.get_name(hf, try_suffixes=(".weight", ".bias"))
-            assert new is not None, f"llama.cpp has no name for {hf}"
-            w.add_tensor(new, np.ascontiguousarray(y, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+            add_named(w, names, hf, y)
+    finish(w)
