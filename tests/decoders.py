@@ -218,6 +218,17 @@ def check_greedy(torch, path, model, m: int = 9, new: int = 12) -> None:
     assert gen.step_ids.tolist() == want[0, m:].tolist()
 
 
+def llama4_router_logits(torch, model, ids) -> dict:
+    """layer -> the router logits (m, E) of each MoE layer of a Llama 4 model (its Llama4Router, read by a hook)."""
+    seen = {}
+    for l, layer in enumerate(model.model.layers):
+        if hasattr(layer.feed_forward, "router"):
+            layer.feed_forward.router.register_forward_hook(lambda mod, a, out, l=l: seen.__setitem__(l, out[1]))
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    return seen
+
+
 def reference_routing(torch, model, ids) -> dict:
     """layer -> (top [m, k], weights [m, k]) from the router module of each MoE layer (its forward's output)."""
     seen, handles = {}, []

@@ -18,6 +18,7 @@ from decoders import (
     check_float64,
     check_greedy,
     ids_for,
+    llama4_router_logits,
 )
 from gguf_convert_llama4 import convert, expressible
 from helpers import reference_import
@@ -93,13 +94,8 @@ def test_float64_attention_matches_a_float64_transformers(files, torch, transfor
 def test_the_routers_choose_transformers_experts(files, torch):
     """The k largest router logits (transformers' Llama4Router, read through a forward hook) and g = their sigmoid."""
     path, model = files("moe")
-    seen = {}
-    for l, layer in enumerate(model.model.layers):
-        if hasattr(layer.feed_forward, "router"):
-            layer.feed_forward.router.register_forward_hook(lambda mod, a, out, l=l: seen.__setitem__(l, out[1]))
     ids = ids_for(19, 6)
-    with torch.no_grad():
-        model(torch.tensor([ids]))
+    seen = llama4_router_logits(torch, model, ids)
     run = load_model(path, dtype="float32").forward(ids)
     assert sorted(seen) == [1, 3]
     for l in seen:

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from decoders import attentions, build, ids_for
+from decoders import attentions, build, ids_for, llama4_router_logits
 from helpers import chunk_allowed
 from typer.testing import CliRunner
 
@@ -173,13 +173,8 @@ def test_moe_layers_route_as_transformers_router_and_the_shared_expert_counts(tm
     Llama4Router, read through a forward hook); layers 0 and 2 dense; the parameter table counts every tensor."""
     model = build(transformers, torch, "llama4_text-moe", tmp_path)
     ours = load_model(tmp_path, dtype="float32")
-    seen = {}
-    for l, layer in enumerate(model.model.layers):
-        if hasattr(layer.feed_forward, "router"):
-            layer.feed_forward.router.register_forward_hook(lambda mod, a, out, l=l: seen.__setitem__(l, out[1]))
     ids = ids_for(19, 6)
-    with torch.no_grad():
-        model(torch.tensor([ids]))
+    seen = llama4_router_logits(torch, model, ids)
     assert sorted(seen) == [1, 3]
     run = ours.forward(ids)
     for l in range(4):
