@@ -6,7 +6,7 @@ Keyword names follow the CLI's options (``heads`` is ``--heads``, tau; ``layer``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from os import PathLike
 from typing import TYPE_CHECKING
 
@@ -14,7 +14,9 @@ from qkv_cli.errors import QkvError, owning_float_errors
 
 if TYPE_CHECKING:  # for the hints only
     from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun, Output
+    from qkv_cli.core.result import Result
     from qkv_cli.models.model import Model
+    from qkv_cli.pipeline.request import Request
 
     ModelArg = str | PathLike | Model | None
 
@@ -96,7 +98,7 @@ def _chat(system, no_system, chat_template) -> dict:
             "chat_template": None if chat_template is None else str(chat_template)}  # fmt: skip
 
 
-def execute(req, model=None, on_token=None) -> Output:
+def execute(req: Request, model: Model | None = None, on_token: Callable[[int, int], None] | None = None) -> Output:
     """Run a checked pipeline Request (on the loaded ``model``, or seeded random weights) and wrap its Result: the
     one step behind ``qkv.run``, ``generate``, ``attribute`` and the CLI's commands that print, draw or write it.
     on_token(t, id): called as a generation writes each token."""
@@ -105,7 +107,7 @@ def execute(req, model=None, on_token=None) -> Output:
     return wrap(compute(req, model, on_token=on_token), model, request=req)
 
 
-def wrap(result, model=None, request=None) -> Output:
+def wrap(result: Result, model: Model | None = None, request: Request | None = None) -> Output:
     """The API class for a pipeline Result, by its kind (api.results); request: what a ModelRun runs again for a
     layer it did not keep."""
     from qkv_cli.api.results import Attribution, Band, Batch, Generation, Layer, ModelRun

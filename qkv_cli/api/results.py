@@ -39,7 +39,7 @@ class Output:
         """(m,) vocabulary ids of the tokens, or None for the word tokenizer of random weights."""
         import numpy as np
 
-        ids = self.result.ids if self.result.ids is not None else self.result.tokens.ids
+        ids = self.result.token_ids
         return None if ids is None else np.asarray(ids)
 
     def arrays(self) -> dict:

@@ -11,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 from qkv_cli.errors import QkvError, owning_float_errors
 
 if TYPE_CHECKING:  # for the hints only (x: an api.results.Output, not imported: results imports this module)
+    from os import PathLike
+
+    from qkv_cli.core.result import Result
     from qkv_cli.views.figures import Figure
+    from qkv_cli.views.style import FigureStyle
 
 
 def _heads(heads, tau: int) -> list[int]:
@@ -82,7 +86,7 @@ def _is_result(x) -> bool:  # an api.results.Output (not imported here: results 
     return hasattr(x, "result") and isinstance(getattr(x, "kind", None), str)
 
 
-def figure(result, heads: list[int], layer: int | None, scale: str, look) -> Figure:
+def figure(result: Result, heads: list[int], layer: int | None, scale: str, look: FigureStyle) -> Figure:
     """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.style
     FigureStyle): what ``heatmap`` returns and ``qkv heatmap`` saves."""
     from qkv_cli.views.run import heatmap_figure
@@ -163,15 +167,15 @@ class Page:
         self.html = html
         self.holds = holds  # what the page holds, in words: "6 layers x 12 heads x 9 x 9, 12-bit weights"
 
-    def save(self, path, max_size: int | str | None = None) -> str:
-        """Write the page atomically (.html or .htm), refusing one above ``max_size`` (bytes or a size such as
+    def save(self, path: str | PathLike, max_page_size: int | str | None = None) -> str:
+        """Write the page atomically (.html or .htm), refusing one above ``max_page_size`` (bytes or a size such as
         "200MB"; default 100 MB, as ``qkv view --max-page-size``); returns the path."""
         from qkv_cli.api.options import size_of
         from qkv_cli.views.html import MAX_PAGE, check_page_path, write_page
 
         check_page_path(path)
-        limit = size_of(max_size, "max_size")
-        write_page(self.html, self.holds, path, MAX_PAGE if limit is None else limit, "max_size")
+        limit = size_of(max_page_size, "max_page_size")
+        write_page(self.html, self.holds, path, MAX_PAGE if limit is None else limit, "max_page_size")
         return str(path)
 
     def _repr_html_(self) -> str:

@@ -54,9 +54,7 @@ class Result:
     kind: ClassVar[Kind]
     tokens: object  # qkv_cli.text.tokens.Tokens of the queries
     settings: object = None  # core.settings.Settings of a random-weights run; None for a checkpoint
-    scale: float = 1.0
     kernel: str = "vectorized"
-    softcap: float | None = None  # attention logit soft-capping c (Gemma 2), applied before the mask
     model: ModelInfo | None = None  # the checkpoint (None: seeded random weights)
     chat: object = None  # pipeline.chat.Prompt: what --chat's template put around the text (None without)
     context: object = None  # Tokens of the context Y: cross-attention's keys and values come from Y (else None)
@@ -73,6 +71,13 @@ class Result:
     def is_cross(self) -> bool:
         return self.context is not None
 
+    @property
+    def token_ids(self):
+        """The vocabulary ids: the run's own where its kind records them (a checkpoint's ``ids``), else its tokens'
+        (None for the word tokenizer of random weights)."""
+        own = getattr(self, "ids", None)  # a field of ModelResult, GenerationResult and AttributionResult only
+        return self.tokens.ids if own is None else own
+
     def first_layer(self) -> Result:
         """MODEL: the first chosen layer's LAYER result; anything else: itself."""
         return self
@@ -82,6 +87,8 @@ class Result:
 class Projections(Result):
     """The matrices of one attention layer that a band keeps too: H, the projections, the heads and the output."""
 
+    scale: float = 1.0
+    softcap: float | None = None  # attention logit soft-capping c (Gemma 2), applied before the mask
     H: np.ndarray | None = None
     Wq: np.ndarray | None = None
     Wk: np.ndarray | None = None
@@ -147,8 +154,7 @@ class LayerResult(Projections):
 
     @property
     def key_labels(self) -> list[str]:
-        keys = self.context if self.context is not None else self.key_tokens
-        return list((self.tokens if keys is None else keys).labels)
+        return kept_key_labels(self)
 
     @property
     def masked(self) -> np.ndarray:  # (m, n) bool: True where the mask removed the key
@@ -191,6 +197,12 @@ class AttributionResult(LayerResult):
         return Kind.ATTRIBUTION
 
 
+def kept_key_labels(r: LayerResult | ModelResult) -> list[str]:
+    """The key labels of a run that kept some query rows (--rows): the context's, or every token's (key_tokens)."""
+    keys = r.context if r.context is not None else r.key_tokens
+    return list((r.tokens if keys is None else keys).labels)
+
+
 def attributed(layer: LayerResult, **values) -> AttributionResult:
     """The AttributionResult of ``layer``: its own fields, plus ``values`` (method, attribution ...)."""
     from dataclasses import fields
@@ -226,8 +238,7 @@ class ModelResult(Result):
 
     @property
     def key_labels(self) -> list[str]:
-        keys = self.context if self.context is not None else self.key_tokens
-        return list((self.tokens if keys is None else keys).labels)
+        return kept_key_labels(self)
 
     def layer_masked(self, layer: int) -> np.ndarray:  # (m, m) bool, True where layer's mask removes a key
         from qkv_cli.core.masks import allowed_grid, rule_grids

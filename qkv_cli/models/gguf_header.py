@@ -37,6 +37,16 @@ def quote(name: str) -> str:
     return repr(name if len(name) <= 80 else name[:80] + "...")
 
 
+def shown(value) -> str:
+    """A metadata value for a message, in one short line: a number as it is, a string quoted, escaped and cut,
+    anything else (an array) by its type."""
+    if value is None:
+        return "absent"
+    if isinstance(value, str):
+        return quote(value)
+    return repr(value) if type(value) in (int, float, bool) else f"a {type(value).__name__}"
+
+
 class Header:
     """A cursor over the header bytes: `pos` advances as values are read; each read checks the bytes are there."""
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models.gguf_header import shown
 from qkv_cli.models.weights import Tensor
 
 CHUNK, FLOOR_SCALE, ATTN_SCALE = 8192, 8192, 0.1  # llama.cpp's values for every llama4 file
@@ -79,13 +80,6 @@ def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
         raw["no_rope_layers"] = [int((l + 1) % NOPE_STEP != 0) for l in range(n)]
         chunked = [pattern == 0 or l % pattern < pattern - 1 for l in range(n)]  # llama_hparams::set_swa_pattern
         raw["layer_types"] = ["chunked_attention" if c else "full_attention" for c in chunked]
-
-
-def shown(value) -> str:  # a metadata value in one short line (an array or a long string by its type)
-    if value is None:
-        return "absent"
-    short = type(value) in (int, float, bool) or (isinstance(value, str) and len(value) < 40)
-    return repr(value) if short else f"a {type(value).__name__}"
 
 
 def tensors(out: dict[str, Tensor], gguf: dict[str, Tensor], raw: dict) -> dict[str, Tensor]:

@@ -18,6 +18,7 @@ import numpy as np
 from qkv_cli.errors import QkvError
 from qkv_cli.models import gguf_experts
 from qkv_cli.models.config import GGUF_ONLY, MAX_WIDTH
+from qkv_cli.models.gguf_header import shown
 from qkv_cli.models.weights import Tensor
 
 ARCHITECTURES = {  # GGUF general.architecture -> model_type
@@ -30,7 +31,6 @@ ARCHITECTURES = {  # GGUF general.architecture -> model_type
 # keys llama.cpp reads or fixes for it, tensors(out, gguf, raw) renames and joins its tensors, LAYER_NAMES (where
 # the module has them) adds its blk.N.<name> entries
 OWN_MODULES = {"deepseek2": "gguf_deepseek", "phi3": "gguf_phi3", "llama4": "gguf_llama4"}
-DEEPSEEK = ("deepseek_v3", "deepseek_v2")  # deepseek2 files: models.gguf_deepseek
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
@@ -63,9 +63,8 @@ NEOX_GLOBAL_NAMES = {"token_embd": "gpt_neox.embed_in", "output_norm": "gpt_neox
 def model_type(meta: dict, where: str) -> str:
     arch = meta.get("general.architecture")
     if not isinstance(arch, str) or arch not in ARCHITECTURES:
-        shown = arch if isinstance(arch, str) else type(arch).__name__
         raise QkvError(
-            f"{where}: GGUF architecture {shown!r} is not supported: supported are {', '.join(ARCHITECTURES)}"
+            f"{where}: GGUF architecture {shown(arch)} is not supported: supported are {', '.join(ARCHITECTURES)}"
         )
     name = meta.get("general.name", "")
     if arch == "llama" and isinstance(name, str) and "mistral" in name.lower():
@@ -173,8 +172,8 @@ def _neox_config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
     if type(d) is int and type(tau) is int and 0 < tau <= d and d % tau == 0:
         rot = meta.get(f"{arch}.rope.dimension_count", d // tau)
         if type(rot) is not int or not 2 <= rot <= d // tau or rot % 2:
-            raise QkvError(f"{where}: {arch}.rope.dimension_count is {rot!r}: expected an even number of dimensions "
-                           f"from 2 to the head width {d // tau}")  # fmt: skip
+            raise QkvError(f"{where}: {arch}.rope.dimension_count is {shown(rot)}: expected an even number of "
+                           f"dimensions from 2 to the head width {d // tau}")  # fmt: skip
         raw["rotary_pct"] = (rot + 0.5) / (d // tau)  # int(d_k * pct) is rot again (rot / d_k can round below it)
     if "rope_theta" in raw:
         raw["rotary_emb_base"] = raw.pop("rope_theta")
@@ -208,14 +207,14 @@ def per_head(rows, n_head: int):  # [3 tau d_k, ...] -> same shape: [Q | K | V] 
 
 def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict[str, Tensor]:
     """The tensors under Hugging Face names; reading one undoes the converter's changes (lazily, on read)."""
-    kind = raw_config["model_type"]
+    kind, arch = raw_config["model_type"], meta.get("general.architecture")
     heads = {"attn_q": raw_config.get("num_attention_heads"), "attn_k": raw_config.get("num_key_value_heads")}
     out: dict[str, Tensor] = {}
     for name, t in tensors.items():
         if (experts := gguf_experts.hf_tensors(name, t, kind)) is not None:
             out.update(experts)
             continue
-        target = hf_name(name, kind, meta.get("general.architecture"))
+        target = hf_name(name, kind, arch)
         if target is None:
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
@@ -239,7 +238,6 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         from qkv_cli.models.gguf_gpt_oss import gpt_oss_tensors
 
         out.update(gpt_oss_tensors(tensors))
-    arch = meta.get("general.architecture")
     if arch in OWN_MODULES:  # DeepSeek's kv_b_proj joined, Phi-3's q, k, v apart joined, Llama 4's experts ...
         return own_module(arch).tensors(out, tensors, raw_config)
     return out

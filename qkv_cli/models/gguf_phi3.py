@@ -23,6 +23,7 @@ import numpy as np
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models.config import MAX_WIDTH
+from qkv_cli.models.gguf_header import shown
 from qkv_cli.models.weights import Tensor
 
 LAYER_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}  # blk.N.<name> -> model.layers.N.
@@ -42,18 +43,18 @@ def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
     d_k = d // tau  # llama.cpp's n_embd_head_k (a phi3 file has no key_length)
     rot = meta.get(a + "rope.dimension_count", d_k)
     if type(rot) is not int or not 2 <= rot <= d_k or rot % 2:
-        raise QkvError(f"{where}: phi3.rope.dimension_count is {rot!r}: expected an even number of dimensions from 2 "
-                       f"to the head width {d_k}")  # fmt: skip
+        raise QkvError(f"{where}: phi3.rope.dimension_count is {shown(rot)}: expected an even number of dimensions "
+                       f"from 2 to the head width {d_k}")  # fmt: skip
     raw["partial_rotary_factor"] = 1.0 if rot == d_k else (rot + 0.5) / d_k  # int(d_k * f) is rot again
     context = raw.get("max_position_embeddings")
     original = meta.get(a + "rope.scaling.original_context_length", context)  # llama.cpp: n_ctx_train when absent
     if type(original) is not int or original < 1:
-        raise QkvError(f"{where}: phi3.rope.scaling.original_context_length is {original!r}: expected a positive "
+        raise QkvError(f"{where}: phi3.rope.scaling.original_context_length is {shown(original)}: expected a positive "
                        "number of tokens")  # fmt: skip
     raw["original_max_position_embeddings"] = original
     stored = meta.get(a + "rope.scaling.attn_factor")
     if stored is not None and (type(stored) not in (int, float) or not (math.isfinite(stored) and stored > 0)):
-        raise QkvError(f"{where}: phi3.rope.scaling.attn_factor is {stored!r}: expected a positive number")
+        raise QkvError(f"{where}: phi3.rope.scaling.attn_factor is {shown(stored)}: expected a positive number")
     present = [key for key, name in FACTORS.items() if name in tensors]
     if not present:
         if stored is not None and stored != 1:

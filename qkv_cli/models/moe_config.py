@@ -80,8 +80,8 @@ def read(keys, n_layers: int, spec: MoeKeys) -> Moe | None:
         return None
     e_key, experts = _first(keys, spec.experts)
     k_key, top_k = _first(keys, spec.top_k)
-    _, d_expert = _first(keys, spec.d_expert)
-    for key, value, least in ((e_key, experts, 1), (k_key, top_k, 1), ("the experts' width", d_expert, 1)):
+    d_key, d_expert = _first(keys, spec.d_expert)
+    for key, value, least in ((e_key, experts, 1), (k_key, top_k, 1), (d_key, d_expert, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise QkvError(f"{keys.where}: '{key}' must be at least {least}, got {value!r}")
     if top_k > experts:

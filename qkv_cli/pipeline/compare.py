@@ -125,13 +125,6 @@ def check_models(ma, mb) -> None:
                        "heads (a base model and its instruct version)")  # fmt: skip
 
 
-def ids_of(run) -> object:
-    """A run's vocabulary ids: a checkpoint's (its ModelResult's ids), else its tokens' (None for the word
-    tokenizer of random weights)."""
-    ids = getattr(run, "ids", None)  # a LayerResult of random weights has no ids field
-    return run.tokens.ids if ids is None else ids
-
-
 def check_same_ids(a: Result, b: Result, names) -> None:
     """One text on two models: both must read it as the same ids (one tokenizer), else nothing lines up."""
     ia, ib = list(a.ids), list(b.ids)
@@ -170,7 +163,7 @@ def run(req: Request, texts: tuple[str, ...], models: tuple = ()) -> Comparison:
     a, b = runs
     if mode == "models":
         check_same_ids(a, b, names)
-    keys_a, keys_b = ids_of(a), ids_of(b)
+    keys_a, keys_b = a.token_ids, b.token_ids
     if keys_a is None or keys_b is None:  # the word tokenizer of random weights: its tokens are its ids
         keys_a, keys_b = a.tokens.strings, b.tokens.strings
     alignment = align(keys_a, keys_b)

@@ -118,9 +118,7 @@ def moved_table(cmp: Comparison, top: int):
 
 
 def side_doc(run, name) -> dict:
-    from qkv_cli.pipeline.compare import ids_of
-
-    ids = ids_of(run)
+    ids = run.token_ids
     return {"name": name, "tokens": list(run.tokens.strings), "labels": run.labels,
             "ids": None if ids is None else [int(i) for i in ids]}  # fmt: skip
 

@@ -3,8 +3,9 @@
 The page is qkv_cli/views/page/view.html with its CSS and JavaScript inlined and the run's data (html_data) as one
 JSON script element: no network access of any kind (a Content-Security-Policy forbids it), so it opens from
 file:// anywhere. The data is escaped for a script element (no '<', '>' or '&' survives), and every label is set
-in the page as text, never as markup. save_page refuses a page above its limit (--max-page-size) and returns the line
-qkv view prints: the page's size and what it holds.
+in the page as text, never as markup. `rendered` gives the page and what it holds (the Python API's qkv.page returns
+them; qkv view writes that), `write_page` refuses a page above its limit (--max-page-size) and writes it atomically,
+and `written` is the line qkv view prints: the page's size and what it holds.
 """
 
 from __future__ import annotations
@@ -112,9 +113,9 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
     steps, L, tau, n = gen.step_attentions.shape
     info, P, G = gen.model, gen.prompt_len, kv_heads or tau
     if gen.context is not None:  # an encoder-decoder: each written token's cross-attention over the source
-        from qkv_cli.views.html_seq2seq import generation_page as written
+        from qkv_cli.views.html_seq2seq import generation_page as seq2seq_page
 
-        return written(gen, layer)
+        return seq2seq_page(gen, layer)
     line = (f"{info.name} ({info.family}) L={L} tau={tau}" + (f" G={G}" if G != tau else "")
             + f" wrote {steps} tokens after a prompt of {P}, kernel={gen.kernel}, KV cache "
             + human(gen.cache_bytes))  # fmt: skip

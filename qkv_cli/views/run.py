@@ -16,9 +16,15 @@ RENDERERS = {
     ),
     Kind.ATTRIBUTION: attribution.emit,
 }
+
+
+def _layer_figure(result, heads, at, scale):
+    return layer.heatmap_figure(result, heads, scale)
+
+
 FIGURES = {  # kind -> draw(result, heads, layer given or None, colour scale) -> a matplotlib Figure
-    Kind.DENSE: lambda result, heads, at, scale: layer.heatmap_figure(result, heads, scale),
-    Kind.LAYER: lambda result, heads, at, scale: layer.heatmap_figure(result, heads, scale),
+    Kind.DENSE: _layer_figure,
+    Kind.LAYER: _layer_figure,
     Kind.BAND: lambda result, heads, at, scale: band.heatmap_figure(result, heads, scale),
     Kind.MODEL: lambda result, heads, at, scale: model.heatmap_figure(result, heads, at is not None, scale),
     Kind.GENERATION: lambda result, heads, at, scale: generate.heatmap_figure(result, heads, at, scale),

@@ -87,11 +87,11 @@ def test_qkv_heatmap_saves_the_figure_qkv_heatmap_returns(monkeypatch, tmp_path)
 
 def test_a_page_refused_above_its_limit_names_the_keyword(tmp_path):
     page = qkv.page(qkv.run(TEXT, d=8, heads=2))
-    refused = r"more than max_size 1.0 KB: keep fewer tokens, or raise the limit, e.g. max_size='1\d\d.\dKB'"
+    refused = r"more than max_page_size 1.0 KB: keep fewer tokens, or raise the limit, e.g. max_page_size='1\d\d.\dKB'"
     with pytest.raises(qkv.QkvError, match=refused):
-        page.save(tmp_path / "p.html", max_size="1KB")
+        page.save(tmp_path / "p.html", max_page_size="1KB")
     assert not (tmp_path / "p.html").exists()
-    assert page.save(tmp_path / "p.html", max_size="10MB") == str(tmp_path / "p.html")
+    assert page.save(tmp_path / "p.html", max_page_size="10MB") == str(tmp_path / "p.html")
     assert "layer" in page.holds and "heads" in page.holds
 
 
@@ -114,6 +114,19 @@ def test_each_kind_of_result_holds_only_its_own_fields():
                                                          "value_norms", "head_fusion", "cost", "ids"}  # fmt: skip
     with pytest.raises(AttributeError):
         records.BatchResult(tokens=None).weights  # noqa: B018 (a field another kind holds is not there)
+
+
+def test_every_kind_has_its_ids(tiny_llama):
+    """ids: the tokenizer's for a checkpoint (its every kind), None for the word tokenizer of random weights."""
+    from qkv_cli.models import load_model
+
+    want = list(load_model(str(tiny_llama)).tokenize(TEXT).ids)
+    run = qkv.run(TEXT, model=str(tiny_llama))
+    assert run.ids.tolist() == run.layer(0).ids.tolist() == want
+    assert qkv.attribute(TEXT, model=str(tiny_llama)).ids.tolist() == want
+    assert qkv.generate(TEXT, model=str(tiny_llama), max_new_tokens=1).ids.tolist()[: len(want)] == want
+    assert qkv.run(TEXT, d=8, heads=2).ids is None
+    assert qkv.run(TEXT, d=8, heads=2, tokenizer="bpe").ids is not None
 
 
 def test_the_api_returns_the_records_of_each_kind(tiny_llama):
