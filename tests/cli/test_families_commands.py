@@ -128,8 +128,10 @@ def test_view_writes_a_page_with_the_tokens_and_every_layer(models, case, tmp_pa
 
 
 @pytest.mark.parametrize("case", FAMILIES)
-def test_explain_zooms_into_a_query(models, case):
-    folder, _ = models(case)
+def test_explain_zooms_into_a_query(models, case, torch):
+    from decoders import attentions
+
+    folder, model = models(case)
     c = config(folder)
     args = ("explain", TEXT, "--model", folder, "--layer", 0, "--head", 1, "--query", 3)
     out = qkv(*args)
@@ -139,6 +141,8 @@ def test_explain_zooms_into_a_query(models, case):
     m = len(ids_of(folder, TEXT))
     assert weights.shape == (m, m) and np.allclose(np.triu(weights, 1), 0)  # causal
     np.testing.assert_allclose(doc["query"]["weights"], weights[3], atol=1e-12)
+    want = attentions(torch, model, ids_of(folder, TEXT))[0][1]  # transformers' layer 0, head 1 (float32)
+    np.testing.assert_allclose(weights, want, atol=2e-5)
     if c["model_type"].startswith("deepseek"):  # MLA: the score's content and position parts as their own steps
         assert {"c_kv", "k_rope", "scores_nope", "scores_rope"} <= doc["steps"].keys()
         S = doc["steps"]
@@ -256,7 +260,13 @@ def test_show_experts(models, case, torch):
     g = np.array([float(x.strip("()")) for r in rows for x in r[3::2]]).reshape(m, -1)
     if case in DECODERS_MOE:  # transformers' router modules, read through hooks
         want_top, want_g = reference_routing(torch, model, ids_of(folder, TEXT))[L - 1]
-    else:  # DeepSeek's and Llama 4's routers: the table shows the export's routing (checked in tests/models)
+    elif case.startswith("llama4"):  # Llama4Router's logits: the k largest, g = their sigmoid
+        from decoders import llama4_router_logits
+
+        logits = llama4_router_logits(torch, model, ids_of(folder, TEXT))[L - 1]
+        values, top_ = torch.topk(logits, c["num_experts_per_tok"], dim=1)
+        want_top, want_g = top_.numpy(), torch.sigmoid(values).numpy()
+    else:  # DeepSeek's grouped router: the table shows the export's routing (transformers': test_mla_reference.py)
         doc = json.loads(qkv("run", TEXT, "--model", folder, "--format", "json"))
         want_top, want_g = np.array(doc["router_top"][L - 1]), np.array(doc["router_weights"][L - 1])
     np.testing.assert_array_equal(top, want_top)
