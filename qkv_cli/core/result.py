@@ -100,8 +100,6 @@ class Projections(Result):
     Wo: np.ndarray | None = None
     output: np.ndarray | None = None
     rules: object = None  # core.masks.MaskSpec: the rules of the mask
-    H_context: np.ndarray | None = None  # (n, d)
-    ablation: dict | None = None  # what --ablate changed (pipeline.ablate.report)
 
     @property
     def tau(self) -> int:
@@ -133,6 +131,8 @@ class LayerResult(Projections):
     weights: np.ndarray | None = None  # (tau, m, n)
     key_tokens: object = None  # Tokens of the keys when only some queries are kept (--rows; None: the queries')
     rows: np.ndarray | None = None  # --rows: the query positions kept
+    H_context: np.ndarray | None = None  # (n, d): the context Y of cross-attention
+    ablation: dict | None = None  # what --ablate changed (pipeline.ablate.report)
     # a checkpoint layer: biases (Q = H Wq + bq) and the queries and keys before RoPE
     bq: np.ndarray | None = None
     bk: np.ndarray | None = None
