@@ -107,6 +107,14 @@ def execute(req: Request, model: Model | None = None, on_token: Callable[[int, i
     return wrap(compute(req, model, on_token=on_token), model, request=req)
 
 
+def execute_each(req: Request) -> list[Output]:
+    """One wrapped result per line of the request's file (or one for its text), every one kept: what ``qkv heads``
+    aggregates (pipeline.compute.compute_each counts them all against the budget before the first runs)."""
+    from qkv_cli.pipeline.compute import compute_each
+
+    return [wrap(r) for r in compute_each(req)]
+
+
 def wrap(result: Result, model: Model | None = None, request: Request | None = None) -> Output:
     """The API class for a pipeline Result, by its kind (api.results); request: what a ModelRun runs again for a
     layer it did not keep."""

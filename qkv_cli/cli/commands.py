@@ -248,13 +248,13 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table,
     previous-token, duplicate-token and induction scores, and a label per head.
 
     With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
-    from qkv_cli.pipeline.compute import compute_each
+    from qkv_cli.api.commands import execute_each
     from qkv_cli.views.heads import emit_roles
 
     if ascending and sort is None:
         raise QkvError("--ascending orders by a column: give --sort COLUMN too")
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
-    roles = noted(compute_each(req))
+    roles = noted([run.result for run in execute_each(req)])
     emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
                seed=req.settings.seed, layers=req.layers, sort=sort and sort.value, ascending=ascending,

@@ -27,14 +27,24 @@ def emit(sh, fmt: str) -> None:
     emit_sizes(sh, fmt)
 
 
+def doc(sh) -> dict:
+    """What `qkv shapes --format json` prints for a pipeline.shapes.Shapes (the Python API's qkv.shapes returns it)."""
+    return model_doc(sh) if sh.model is not None else sizes_doc(sh)
+
+
+def sizes_doc(sh) -> dict:
+    dk = sh.model.d_k if getattr(sh.model, "latent", None) else sh.mats[1].cols  # MLA: mats[1] is W^DQ
+    out = as_json(sh.d, sh.tau, sh.m, sh.mats, sh.n, sh.dtype)
+    if sh.kv_heads is not None:
+        out.update(gqa_doc(sh.d, sh.tau, sh.kv_heads, dk))
+    return out
+
+
 def emit_sizes(sh, fmt: str) -> None:
     d, tau, m, n, dtype, kv_heads, mats = sh.d, sh.tau, sh.m, sh.n, sh.dtype, sh.kv_heads, sh.mats
-    dk = sh.model.d_k if getattr(sh.model, "latent", None) else mats[1].cols  # MLA: mats[1] is W^DQ
+    dk = sh.model.d_k if getattr(sh.model, "latent", None) else mats[1].cols
     if fmt == "json":
-        doc = as_json(d, tau, m, mats, n, dtype)
-        if kv_heads is not None:
-            doc.update(gqa_doc(d, tau, kv_heads, dk))
-        print(json.dumps(doc))
+        print(json.dumps(sizes_doc(sh)))
         return
     from rich import box
     from rich.table import Table
@@ -88,10 +98,8 @@ def emit_sizes(sh, fmt: str) -> None:
             console.print(Text(line))
 
 
-def emit_model(sh, fmt: str) -> None:
-    """`shapes --model`: the checkpoint's real dimensions and parameters per matrix, then one layer's shapes."""
-    c, params, m, dtype = sh.model, sh.params, sh.m, sh.dtype
-    total = sum(p.params for p in params)
+def model_dims(c) -> dict:
+    """A checkpoint's dimensions, and what its family changes (kv heads, NoPE layers, experts, chunks, MLA ...)."""
     dims = {"family": c.family, "layers": c.n_layers, "d": c.d, "tau": c.n_heads, "d_k": c.d_k,
             "d_ff": c.d_ff, "vocab_size": c.vocab_size, "max_positions": c.max_positions}  # fmt: skip
     if c.n_kv_heads != c.n_heads:
@@ -117,25 +125,40 @@ def emit_model(sh, fmt: str) -> None:
         dims["longrope_switch"] = r.original_max_positions
     if c.attention is not None and c.attention.sinks:  # gpt-oss: a learned sink logit per head
         dims["sinks"] = True
-    # a RoPE decoder's own (None: 1/sqrt(d_k), no cap)
+    return dims
+
+
+def model_doc(sh) -> dict:
+    """`shapes --model --format json`: the dimensions, one layer's matrices, the parameters and the KV cache."""
+    c, params, m, dtype = sh.model, sh.params, sh.m, sh.dtype
     scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)
     L, G, dk = cache_sizes(c)
-    if fmt == "json":
-        doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | dims | {"kv_heads": c.n_kv_heads}
-        if scale is not None:  # a RoPE decoder's scale (Gemma: query_pre_attn_scalar^-1/2) and soft-cap c or None
-            doc |= {"scale": scale, "softcap": softcap}
-        doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
-        doc["total_parameters"] = total
-        doc["file_parameters"] = sh.file_params
-        doc["kv_cache_bytes_per_token"] = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
-        if latent is not None:
-            from qkv_cli.pipeline.mla_shapes import cache_numbers
+    doc = as_json(c.d, c.n_heads, m, sh.mats, None, dtype) | model_dims(c) | {"kv_heads": c.n_kv_heads}
+    if scale is not None:  # a RoPE decoder's scale (Gemma: query_pre_attn_scalar^-1/2) and soft-cap c or None
+        doc |= {"scale": scale, "softcap": softcap}
+    doc["parameters"] = {p.name: {"shape": list(p.shape), "count": p.count, "params": p.params} for p in params}
+    doc["total_parameters"] = sum(p.params for p in params)
+    doc["file_parameters"] = sh.file_params
+    doc["kv_cache_bytes_per_token"] = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
+    if c.latent is not None:
+        from qkv_cli.pipeline.mla_shapes import cache_numbers
 
-            doc["kv_cache_numbers_per_token_layer"] = cache_numbers(c)
-            doc["kv_cache_bytes_per_token"] = c.n_layers * latent.cached * ITEMSIZE[dtype]
-        doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
-        print(json.dumps(doc))
+        doc["kv_cache_numbers_per_token_layer"] = cache_numbers(c)
+        doc["kv_cache_bytes_per_token"] = c.n_layers * c.latent.cached * ITEMSIZE[dtype]
+    doc["kv_cache_bytes"] = m * doc["kv_cache_bytes_per_token"]
+    return doc
+
+
+def emit_model(sh, fmt: str) -> None:
+    """`shapes --model`: the checkpoint's real dimensions and parameters per matrix, then one layer's shapes."""
+    if fmt == "json":
+        print(json.dumps(model_doc(sh)))
         return
+    c, params, m, dtype = sh.model, sh.params, sh.m, sh.dtype
+    total = sum(p.params for p in params)
+    dims, latent = model_dims(c), getattr(c, "latent", None)
+    scale, softcap = (c.attention.scale, c.attention.softcap) if c.attention else (None, None)  # None: 1/sqrt(d_k)
+    L, G, dk = cache_sizes(c)
     from rich import box
     from rich.table import Table
     from rich.text import Text
