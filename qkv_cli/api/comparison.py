@@ -12,9 +12,10 @@ from __future__ import annotations
 from qkv_cli.errors import QkvError, owning_float_errors
 
 
-def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bool = False):
+def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bool = False, head: int | None = None):
     """The pipeline Comparison of CLI-named option values (the CLI's and the API's one door): texts (A, B) on
-    models () or (M,), or (TEXT,) on (M1, M2); each model a name, a path or a loaded model."""
+    models () or (M,), or (TEXT,) on (M1, M2); each model a name, a path or a loaded model. head: the head the CLI
+    will show, checked against the heads before either text runs."""
     from qkv_cli.api.options import check_checkpoint_policy, request
     from qkv_cli.pipeline import compare
 
@@ -34,6 +35,10 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
         layer = check_layer(layer, loaded[0].config.n_layers)
     if loaded:
         values = values | {"dtype": str(loaded[0].dtype)}
+    if head is not None:
+        tau = loaded[0].config.n_heads if loaded else (values.get("tau") or 8)
+        if not 0 <= head < tau:
+            raise QkvError(f"--head {head} does not exist: heads are numbered 0..{tau - 1}")
     req = request(values | {"layer": () if layer is None else (layer,)}, None, None, model=None, narrow=False)
     return compare.run(req, texts, loaded)
 

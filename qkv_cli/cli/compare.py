@@ -83,7 +83,7 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
 
         check_page_path(page)
     values = vars(opts) | {"layer": layer[0] if layer else None}
-    cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download)
+    cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head)
     from qkv_cli.cli.commands import noted
 
     noted(cmp.a), noted(cmp.b)  # what --chat's template added, one line for each run

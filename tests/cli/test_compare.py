@@ -177,6 +177,18 @@ def test_refusals_are_one_line(args, fragments, in_tmp):
     assert not list(in_tmp.iterdir())
 
 
+def test_a_head_out_of_range_is_refused_before_either_text_runs(tiny_pair, monkeypatch):
+    from qkv_cli.pipeline import compare
+
+    def never(*args, **kwargs):
+        raise AssertionError("a text ran")
+
+    monkeypatch.setattr(compare, "run", never)
+    assert_one_line_error(invoke(["compare", CAT, DOG, "--head", "4", *SMALL]), "--head 4 does not exist", "0..3")
+    base, _ = tiny_pair
+    assert_one_line_error(invoke(["compare", "the cat", "the dog", "--model", base, "--head", "4"]), "0..3")
+
+
 def test_model_refusals_are_one_line(tiny_pair, tmp_path):
     base, tuned = tiny_pair
     bert = make_checkpoint(tmp_path / "bert", "bert")
