@@ -267,6 +267,7 @@ class GenerationResult(Result):
     step_top_probs: np.ndarray | None = None  # (steps, k)
     step_top_labels: list = field(default_factory=list)  # (steps, k) their labels
     step_attentions: np.ndarray | None = None  # (steps, L, tau, n_max): the writing query's row, zeros past it
+    step_sinks: np.ndarray | None = None  # (steps, L, tau): gpt-oss: the sink's share of each writing row
     cache_bytes: int = 0  # what the KV cache held at the end
     timing: dict | None = None  # prefill_seconds (the prompt), seconds (all), seconds_per_token (after)
     text: str = ""  # the generated text

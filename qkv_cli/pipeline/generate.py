@@ -91,10 +91,14 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
     seconds = perf_counter() - start
     tokens = _tokens(model, list(prompt.ids) + ids)
     top_labels = [list(_tokens(model, [int(i) for i in best]).labels) for best in top_ids]
+    written = rows[:steps, :, :, : P + steps - 1]
+    sinks = None
+    if getattr(c.attention, "sinks", False):  # gpt-oss: what each row's sink took, 1 - its sum (zeros past it)
+        sinks = (1 - written.sum(axis=-1, dtype=np.float64)).astype(written.dtype)
     return GenerationResult(tokens=tokens, kernel=kernel, model=model.info(), prompt_len=P,
                   ids=np.asarray(tokens.ids), step_ids=np.asarray(ids), step_probs=np.asarray(probs),
                   step_top_ids=np.stack(top_ids), step_top_probs=np.stack(top_probs), step_top_labels=top_labels,
-                  step_attentions=rows[:steps, :, :, : P + steps - 1], cache_bytes=cache.nbytes,
+                  step_attentions=written, step_sinks=sinks, cache_bytes=cache.nbytes,
                   timing={"prefill_seconds": prefill, "seconds": seconds,
                           "seconds_per_token": (seconds - prefill) / max(1, steps - 1) if steps > 1 else prefill},
                   text=decode(model.tokenizer, ids, skip_special_tokens=False))  # fmt: skip

@@ -226,7 +226,8 @@ def to_json(result: Result, show, heads) -> str:
 
 
 def csv_rows(result: Result, show, heads):
-    """Long form rows: matrix, head, query, key, query_token, key_token, value (key = feature index for Q, K, V)."""
+    """Long form rows: matrix, head, query, key, query_token, key_token, value (key = feature index for Q, K, V);
+    with sinks (gpt-oss), each weights row's sink share as a row of matrix "sink" with no key."""
     labels, key_labels = result.labels, result.key_labels
     tau = result.tau
     for name in show:
@@ -244,6 +245,9 @@ def csv_rows(result: Result, show, heads):
                     v = matrix[i, c]
                     yield [key, head, i, c, row_names[i], key_labels[c] if grid else "",
                            "-inf" if np.isneginf(v) else repr(float(v))]  # fmt: skip
+            if key == "weights" and getattr(result, "sinks", None) is not None:  # gpt-oss: the row's sink share
+                yield from (["sink", head, i, "", labels[i], "", repr(float(result.sinks[head, i]))]
+                            for i in range(matrix.shape[0]))  # fmt: skip
 
 
 CSV_HEADER = ["matrix", "head", "query", "key", "query_token", "key_token", "value"]

@@ -151,8 +151,9 @@ def timing(gen: Result) -> str:
 
 def arrays(gen: Result) -> dict:
     """NPZ: ids, tokens (the tokenizer's strings), labels (as shown), step_probs, step_attentions
-    (steps, L, tau, n_max; zeros past each step), prompt_len."""
-    return {"ids": np.asarray(gen.ids), "tokens": np.array(list(gen.tokens.strings), dtype=str),
+    (steps, L, tau, n_max; zeros past each step), prompt_len; a model with sinks adds step_sinks (steps, L, tau)."""
+    sinks = {} if gen.step_sinks is None else {"step_sinks": gen.step_sinks}
+    return sinks | {"ids": np.asarray(gen.ids), "tokens": np.array(list(gen.tokens.strings), dtype=str),
             "labels": np.array(gen.labels, dtype=str),
             "step_ids": gen.step_ids, "step_probs": gen.step_probs, "step_top_ids": gen.step_top_ids,
             "step_top_probs": gen.step_top_probs, "step_attentions": gen.step_attentions,

@@ -189,6 +189,29 @@ def test_json_and_npz_export_sinks(gpt_oss, torch, tmp_path):
     np.testing.assert_allclose(z["sink_logits"], model.model.layers[2].self_attn.sinks.detach().numpy())
 
 
+def test_csv_rows_and_a_generations_npz_hold_the_sinks_share(gpt_oss, torch, tmp_path):
+    """The CSV's rows of matrix "sink" and a generation's step_sinks: transformers' own sink column."""
+    folder, model = gpt_oss
+    text = "the cat sat on the mat because it was warm"
+    ids = list(load_model(folder).tokenize(text).ids)
+    want, _ = sink_shares(torch, model, ids)
+    r = CliRunner().invoke(app, ["run", text, "--model", str(folder), "--layer", "2", "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    rows = [line.split(",") for line in r.stdout.splitlines()[1:] if line.split(",")[1] == "sink"]
+    got = np.zeros((4, len(ids)))
+    for layer, _, head, query, _, _, _, value in rows:
+        assert layer == "2"
+        got[int(head), int(query)] = float(value)
+    np.testing.assert_allclose(got, want[2], atol=1e-5)
+    npz = tmp_path / "gen.npz"
+    r = CliRunner().invoke(app, ["generate", text, "--model", str(folder), "--max-new-tokens", "3", "--save-npz", npz])
+    assert r.exit_code == 0, r.output
+    z = np.load(npz)
+    P, written = int(z["prompt_len"]), [int(i) for i in z["ids"]]
+    full, _ = sink_shares(torch, model, written[:-1])  # (L, tau, n): the row of position P + t - 1 wrote token t
+    np.testing.assert_allclose(z["step_sinks"], full[:, :, P - 1 :].transpose(2, 0, 1), atol=1e-5)
+
+
 def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
     """A layer's heatmap and the model view: each panel's first column is the rows' sink share, labelled 'sink'."""
     from qkv_cli.views import figures
