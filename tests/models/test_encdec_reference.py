@@ -21,19 +21,9 @@ TARGETS = ([4, 8, 6, 10], [], [9, 9, 3, 5, 7, 11, 13, 4, 6, 8, 12])
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from helpers import reference_import
+    from helpers import BuiltOnce
 
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    out = {}
-
-    def get(name):
-        if name not in out:
-            folder = tmp_path_factory.mktemp(name)
-            out[name] = (folder, build(transformers, torch, name, folder))
-        return out[name]
-
-    return get
+    return BuiltOnce(tmp_path_factory, build)
 
 
 def compare(ours, ref, atol, name):
