@@ -168,8 +168,8 @@ def emit_model(sh, fmt: str) -> None:
 
     console = terminal()  # the shared stdout console: every column when redirected, no escape bytes
     console.print(Text(f"{clean(c.name)}: " + " ".join(f"{k}={v}" for k, v in dims.items())), style="bold")
-    table = Table(title=Text("Learned parameters (per-head matrices: one head's shape, x = how many in the model)"),
-                  box=box.SIMPLE_HEAD, title_justify="left")  # fmt: skip
+    console.print(Text("Learned parameters (per-head matrices: one head's shape, x = how many in the model)"))
+    table = Table(box=box.SIMPLE_HEAD)  # its title above as a line: a narrow table would wrap it
     for col in ("matrix", "notation", "shape", "x", "params"):
         table.add_column(col, justify="right" if col in ("x", "params") else "left", no_wrap=True)
     for p in params:
