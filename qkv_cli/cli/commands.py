@@ -153,6 +153,7 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     from qkv_cli.api.commands import execute
     from qkv_cli.api.show import figure
     from qkv_cli.pipeline.attribution import attributed_heads
+    from qkv_cli.pipeline.compute import panel_size
     from qkv_cli.views.figures import check_image_path, save_figure
 
     look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
@@ -164,6 +165,11 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     one = method is None and model is not None and not (opts.layer and not req.generate)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
+    if look.annotate and (size := panel_size(req, model)) is not None:  # refused before the run, not after
+        from qkv_cli.views.style import check_annotate, styled
+
+        with styled(look):
+            check_annotate(*size)
     run = execute(req, model)
     noted(run.result)
     save_figure(figure(run.result, heads, at, color_scale.value, look), out)

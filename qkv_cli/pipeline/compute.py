@@ -14,6 +14,27 @@ def read_text(req: Request) -> str:
     return get_text(req.text, req.file, req.default)
 
 
+def panel_size(req: Request, model=None) -> tuple[int, int] | None:
+    """(m queries, n keys) of one layer's panels, from the tokens alone (nothing runs); None where they are not
+    known before the run (stdin, a batch, a generation, an attribution, an encoder-decoder)."""
+    if "-" in (req.text, req.file, req.context_file) or req.batch or req.generate or req.method is not None:
+        return None
+    if hasattr(model, "dec_layers"):
+        return None
+    text = read_text(req)
+    if model is not None:
+        from qkv_cli.pipeline.chat import prompt
+
+        m = len(prompt(model, text, req.chat).tokens)
+        return m, m
+    from qkv_cli.text.inputs import get_context
+    from qkv_cli.text.tokens import tokenize
+
+    tokenizer, context = req.settings.tokenizer, get_context(req.context, req.context_file)
+    m = len(tokenize(text, tokenizer))
+    return m, m if context is None else len(tokenize(context, tokenizer))
+
+
 def lines(req: Request) -> list[str]:
     """One sentence per non-empty line of TEXT or --file."""
     from qkv_cli.text.inputs import get_text, sentences

@@ -82,6 +82,20 @@ def test_annotate_prints_each_allowed_weight_and_refuses_big_panels_in_one_line(
     assert not (tmp_path / "a.png").exists()
 
 
+def test_annotate_on_a_big_panel_is_refused_before_the_run(tmp_path, monkeypatch):
+    from qkv_cli.api import commands
+
+    def never(*args, **kwargs):
+        raise AssertionError("the text ran")
+
+    monkeypatch.setattr(commands, "execute", never)
+    folder = make_checkpoint(tmp_path / "llama", "llama")
+    for args in ([" ".join(["cat"] * 30)], ["the cat", "--context", " ".join(["dog"] * 25)],
+                 [" ".join(["the cat"] * 15), "--model", str(folder), "--layer", "0"]):  # fmt: skip
+        result = invoke(["heatmap", *args, "--annotate", "--out", str(tmp_path / "a.png")])
+        assert result.exit_code == 2 and "at most 24 x 24" in result.output, result.output
+
+
 def test_queries_and_keys_sit_beside_their_labels():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
