@@ -25,6 +25,17 @@ def reference_import(name: str):
         pytest.skip(f"{name} is not installed (reference test)")
 
 
+def gguf_reference(path):
+    """(transformers, torch, transformers' eager float32 model of the GGUF file at path, through its GGUF loader)."""
+    torch, transformers = reference_import("torch"), reference_import("transformers")
+    reference_import("gguf")
+    reference_import("accelerate")
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
+    ).eval()
+    return transformers, torch, ref
+
+
 class BuiltOnce:
     """name -> (folder, transformers model), each made by build(transformers, torch, name, folder) on first use and
     kept: a module-scoped fixture's models (``built(name)`` or ``built[name]``)."""

@@ -7,6 +7,7 @@ V vocabulary size, P position limit. Each family reads its own keys (its module'
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,6 +121,15 @@ class Keys:
 
     def __init__(self, raw: dict, where: str, family: str):
         self.raw, self.where, self.family = raw, where, family
+
+    @contextlib.contextmanager
+    def located(self):
+        """Inside the block, a QkvError (an options class refusing a value) names the file it came from."""
+        try:
+            yield
+        except QkvError as exc:
+            message = str(exc)
+            raise QkvError(message if message.startswith(self.where) else f"{self.where}: {message}") from None
 
     def get(self, key: str, default=REQUIRED):
         if key in self.raw and self.raw[key] is not None:

@@ -64,11 +64,8 @@ class Spec:
 
 def read(keys, spec: Spec = Spec()) -> dict:  # noqa: B008  (a frozen default)
     """The ModelConfig fields of a decoder whose family reads its config.json as `spec` says."""
-    try:
+    with keys.located():
         return _read(keys, spec)
-    except QkvError as exc:
-        message = str(exc)
-        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
 
 
 def _read(keys, spec: Spec) -> dict:

@@ -41,7 +41,7 @@ def read(keys, interleaved, moe: MoeKeys) -> dict:
     MoE layers' options as `moe` names them."""
     from qkv_cli.models.mla import Latent
 
-    try:
+    with keys.located():
         latent = Latent(
             q_rank=keys.int("q_lora_rank", None),
             kv_rank=keys.int("kv_lora_rank"),
@@ -50,9 +50,6 @@ def read(keys, interleaved, moe: MoeKeys) -> dict:
             d_v=keys.int("v_head_dim"),
             interleaved=interleaved,
         )
-    except QkvError as exc:
-        message = str(exc)
-        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
     check_widths(keys, latent)
     tau = keys.int("num_attention_heads")
     G = keys.int("num_key_value_heads", tau)

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from qkv_cli.errors import QkvError
 from qkv_cli.models import decoder, decoder_config, decoder_names, decoder_params, moe_config
 from qkv_cli.models.attention import AttentionWeights, self_attention
 from qkv_cli.models.config import ModelConfig, Param
@@ -34,14 +33,11 @@ SPEC = decoder_config.Spec(sliding="alternate", bias=("attention_bias", True), t
 
 def read_config(keys) -> dict:
     fields = decoder_config.read(keys, SPEC)
-    try:
+    with keys.located():
         moe = Moe(experts=keys.int("num_local_experts"), top_k=keys.int("num_experts_per_tok"),
                   router="topk_softmax", d_expert=fields["d_ff"])  # fmt: skip
         swiglu = (keys.number("swiglu_alpha", 1.702), keys.number("swiglu_limit", 7.0))
         mlp = replace(fields["mlp"], swiglu=swiglu, bias=True, moe=moe)
-    except QkvError as exc:
-        message = str(exc)
-        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
     return fields | {"attention": replace(fields["attention"], sinks=True), "mlp": mlp}
 
 

@@ -35,11 +35,8 @@ SPEC = decoder_config.Spec(names="llama4", nope=True, sliding="chunk", theta=("r
 
 def read_config(keys) -> dict:
     fields = decoder_config.read(keys, SPEC)
-    try:
+    with keys.located():
         return _llama4(keys, fields)
-    except QkvError as exc:
-        message = str(exc)
-        raise QkvError(message if message.startswith(keys.where) else f"{keys.where}: {message}") from None
 
 
 def _llama4(keys, fields: dict) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import gemma3_gguf, reference_import
+from helpers import gemma3_gguf, gguf_reference
 
 from qkv_cli.models import load_model
 from qkv_cli.pipeline.generate import generate
@@ -29,14 +29,8 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def pair():
     """(qkv's float32 model, transformers' eager float32 model, torch), both from the GGUF file."""
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    reference_import("gguf")
-    reference_import("accelerate")
     path = gemma3_gguf()
-    ref = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
-    ).eval()
+    _, torch, ref = gguf_reference(path)
     return load_model(path, dtype="float32"), ref, torch
 
 

@@ -31,17 +31,11 @@ PROMPTS = ["The history of the Roman Empire", "def fibonacci(n):", "My favourite
 @pytest.fixture(scope="module")
 def pair():
     """(qkv's float32 model, transformers' tokenizer, transformers' eager float32 model), both from the GGUF file."""
-    from helpers import reference_import
+    from helpers import gguf_reference
 
-    torch = reference_import("torch")
-    transformers = reference_import("transformers")
-    reference_import("gguf")
-    reference_import("accelerate")
     path = smollm2_gguf()
+    transformers, torch, ref = gguf_reference(path)
     tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    ref = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, attn_implementation="eager", dtype=torch.float32
-    ).eval()
     return load_model(path, dtype="float32"), tok, ref, torch
 
 
