@@ -213,7 +213,7 @@ def bench_cold(folder: Path, repeats: int) -> None:
 
 
 def bench_erf(repeats: int) -> None:
-    from qkv_cli.models.erf import erf
+    from qkv_cli.models.layers.erf import erf
 
     x = np.random.default_rng(0).standard_normal((128, 1536)) * 2
     slow = np.frompyfunc(math.erf, 1, 1)

@@ -2,7 +2,7 @@
 
     python bench/view.py [--model DIR] [--tokens 128] [--repeats 7]
 
-1. Writes the page (qkv_cli.views.html.save_page) and prints its size, the size of its code (HTML, CSS and
+1. Writes the page (qkv_cli.views.page.html.save_page) and prints its size, the size of its code (HTML, CSS and
    JavaScript), and the bytes per weight: (page - code) / (L x tau x m x m).
 2. Opens it --repeats times, each in a new browser context (nothing cached), and reports the median time from the
    start of the navigation to `window.qkvView.ready` (decoded, drawn and listening): wall time as Playwright sees
@@ -54,7 +54,7 @@ def text_of(model, tokens: int) -> str:
 
 def write_page(model_dir: str, tokens: int, folder: Path):
     from qkv_cli.pipeline.checkpoint import load, run
-    from qkv_cli.views import html
+    from qkv_cli.views.page import html
 
     model = load(model_dir, "float64")
     result = run(model, text_of(model, tokens))

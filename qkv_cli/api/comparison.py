@@ -106,19 +106,19 @@ class Comparison:
         return self.result.moved(top)
 
     def arrays(self) -> dict:
-        from qkv_cli.views.compare import arrays
+        from qkv_cli.views.console.compare import arrays
 
         return arrays(self.result)
 
     def save_npz(self, path) -> str:
-        from qkv_cli.views.files import save_npz
+        from qkv_cli.views.export.writing import save_npz
 
         return str(save_npz(self.arrays(), path))
 
     def heatmap(self, head: int | None = None):
         """A matplotlib Figure of A, B and B - A for the layer compared (``layer=``) and ``head`` (default the head
         that moved most there)."""
-        from qkv_cli.views.compare_figure import draw
+        from qkv_cli.views.figures.compare import draw
 
         return draw(self.result, head)
 
@@ -126,7 +126,7 @@ class Comparison:
         """The comparison's offline page (``qkv compare --page``): a ``Page`` that shows itself in a notebook and
         ``.save(path)``s."""
         from qkv_cli.api.show import Page
-        from qkv_cli.views.compare_page import render
+        from qkv_cli.views.page.compare import render
 
         return Page(render(self.result, head, top))
 

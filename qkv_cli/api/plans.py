@@ -45,7 +45,7 @@ def shapes(text: str | None = None, model: str | PathLike | object | None = None
     """
     from qkv_cli.core.settings import DTYPES, check_choice
     from qkv_cli.pipeline import shapes as plan
-    from qkv_cli.views.shapes import doc
+    from qkv_cli.views.console.shapes import doc
 
     check_choice("dtype", dtype, DTYPES)
     if model is not None:
@@ -70,7 +70,7 @@ class Mask:
     per rule, and ``allowed``), ``rules`` (rule -> its meaning); a checkpoint's ``layer`` and ``layer_type``."""
 
     def __init__(self, grid):
-        from qkv_cli.views.mask import mask_doc
+        from qkv_cli.views.console.mask import mask_doc
 
         self._grid, self._doc = grid, mask_doc(grid)
         self.tokens, self.key_tokens = list(grid.labels), list(grid.key_labels)

@@ -12,7 +12,7 @@ from qkv_cli.errors import QkvError
 if TYPE_CHECKING:  # for the hints only: importing qkv_cli loads neither
     import numpy as np
 
-    from qkv_cli.views.figures import Figure
+    from qkv_cli.views.figures.heatmaps import Figure
 
 
 class Output:
@@ -44,13 +44,13 @@ class Output:
 
     def arrays(self) -> dict:
         """Every array the NPZ export holds, by its export name."""
-        from qkv_cli.views.export import arrays
+        from qkv_cli.views.export.results import arrays
 
         return arrays(self.result)
 
     def save_npz(self, path) -> str:
         """Write ``arrays()`` to an NPZ file (atomically; refuses a path that is not a regular file)."""
-        from qkv_cli.views.files import save_npz
+        from qkv_cli.views.export.writing import save_npz
 
         return str(save_npz(self.arrays(), path))
 
@@ -221,7 +221,7 @@ class Generation(Output):
 
     def steps(self, layer: int | None = None, heads=None) -> list[dict]:
         """The per-token rows of ``qkv generate`` (attention averaged over ``heads`` of ``layer``, default all)."""
-        from qkv_cli.views.generate import steps
+        from qkv_cli.views.console.generate import steps
 
         tau = self.result.step_attentions.shape[2]
         return steps(self.result, layer, list(range(tau)) if heads is None else list(heads))

@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # for the hints only (x: an api.results.Output, not imported:
     from os import PathLike
 
     from qkv_cli.core.result import Result
-    from qkv_cli.views.figures import Figure
-    from qkv_cli.views.style import FigureStyle
+    from qkv_cli.views.figures.heatmaps import Figure
+    from qkv_cli.views.figures.style import FigureStyle
 
 
 def _heads(heads, tau: int) -> list[int]:
@@ -66,8 +66,8 @@ def heatmap(x: Any, tokens: Sequence[str] | None = None, *, layer: int | Sequenc
         uniform colour map (viridis, magma, inferno, plasma, cividis, or NAME_r); annotate : print each weight
         in its cell (panels of at most 24 x 24), as ``qkv heatmap --title --subtitle --dpi --cmap --annotate``.
     """
-    from qkv_cli.views.figures import SCALES
-    from qkv_cli.views.style import FigureStyle, styled
+    from qkv_cli.views.figures.heatmaps import SCALES
+    from qkv_cli.views.figures.style import FigureStyle, styled
 
     if scale not in SCALES:
         raise QkvError(f"unknown scale {scale!r}: choose one of {', '.join(SCALES)}")
@@ -89,8 +89,8 @@ def _is_result(x) -> bool:  # an api.results.Output (not imported here: results 
 def figure(result: Result, heads: list[int], layer: int | None, scale: str, look: FigureStyle) -> Figure:
     """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.style
     FigureStyle): what ``heatmap`` returns and ``qkv heatmap`` saves."""
+    from qkv_cli.views.figures.style import styled
     from qkv_cli.views.run import heatmap_figure
-    from qkv_cli.views.style import styled
 
     with styled(look):
         return _shown(heatmap_figure(result, heads, layer, scale))
@@ -131,7 +131,7 @@ def _of_result(x, layer, heads):
 def _of_arrays(x, tokens, key_tokens, heads, scale, masked):
     import numpy as np
 
-    from qkv_cli.views.figures import draw_grid
+    from qkv_cli.views.figures.heatmaps import draw_grid
 
     w = np.asarray(x)
     if w.ndim == 4 and w.shape[0] == 1:
@@ -171,7 +171,7 @@ class Page:
         """Write the page atomically (.html or .htm), refusing one above ``max_page_size`` (bytes or a size such as
         "200MB"; default 100 MB, as ``qkv view --max-page-size``); returns the path."""
         from qkv_cli.api.options import size_of
-        from qkv_cli.views.html import MAX_PAGE, check_page_path, write_page
+        from qkv_cli.views.page.html import MAX_PAGE, check_page_path, write_page
 
         check_page_path(path)
         limit = size_of(max_page_size, "max_page_size")
@@ -195,7 +195,7 @@ def page(x: Any, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
     ``layer``: a generation's layer shown first (default the last)."""
-    from qkv_cli.views.html import rendered
+    from qkv_cli.views.page.html import rendered
 
     if not _is_result(x):
         raise QkvError(f"page takes a result of qkv.run, generate or attribute, got {type(x).__name__}")
@@ -219,7 +219,7 @@ def heads(x: Any, *, measure: str = "mul", exclude_first: bool = False,
     previous_token, duplicate_token, induction; and ``role``). ``x``: a result or a list of them (one per
     sentence, aggregated)."""
     from qkv_cli.core.detectors import MEASURES
-    from qkv_cli.views.heads import role_stats
+    from qkv_cli.views.console.heads import role_stats
 
     items = list(x) if isinstance(x, list | tuple) else [x]
     if not items or not all(_is_result(i) and i.kind in ("layer", "model") for i in items):

@@ -87,7 +87,7 @@ def sample(name: str | None = None) -> str:
 
 def noted(result):
     """The result, after one line on stderr saying what --chat's template added (views.chat)."""
-    from qkv_cli.views.chat import note
+    from qkv_cli.views.console.chat import note
 
     note(result)
     return result
@@ -113,7 +113,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
     With no TEXT and no --file, uses a built-in sample sentence."""
     from qkv_cli.api.commands import execute
-    from qkv_cli.views.files import check_output_path
+    from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.run import emit
 
     names = parse_show(show, SHOW_CHOICES)
@@ -122,7 +122,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
     model, heads = prepare(req, head)
     if "experts" in names:  # a mixture of experts' routing: only where a router chose
-        from qkv_cli.views.experts import check
+        from qkv_cli.views.console.experts import check
 
         check(model)
     if head and model is not None and not hasattr(model, "dec_heads"):  # the exports keep only these heads' weights
@@ -154,7 +154,7 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     from qkv_cli.api.show import figure
     from qkv_cli.pipeline.attribution import attributed_heads
     from qkv_cli.pipeline.compute import panel_size
-    from qkv_cli.views.figures import check_image_path, save_figure
+    from qkv_cli.views.figures.heatmaps import check_image_path, save_figure
 
     look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
     req = request(opts, text, sample(), band=True, method=method and method.value,
@@ -166,7 +166,7 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
     if look.annotate and (size := panel_size(req, model)) is not None:  # refused before the run, not after
-        from qkv_cli.views.style import check_annotate, styled
+        from qkv_cli.views.figures.style import check_annotate, styled
 
         with styled(look):
             check_annotate(*size)
@@ -186,7 +186,7 @@ def shapes(text: TextArg = None, *, opts: Opts, d: DOpt = 512, tau: TauOpt = 8,
     """Print the shape, parameters, FLOPs and bytes of every matrix in masked multi-head attention."""
     from qkv_cli.pipeline import shapes as plan
     from qkv_cli.text.inputs import get_context
-    from qkv_cli.views.shapes import emit
+    from qkv_cli.views.console.shapes import emit
 
     dtype = getattr(dtype, "value", dtype)
     if model is not None:
@@ -207,7 +207,7 @@ def explain(text: TextArg = None, *, opts: Opts,
     With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
     biases included."""
     from qkv_cli.api.commands import execute
-    from qkv_cli.views.explain import emit
+    from qkv_cli.views.console.explain import emit
 
     if opts.layer and len(set(opts.layer)) > 1:
         raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
@@ -228,7 +228,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
     window on the layers that have one)."""
     from qkv_cli.pipeline import maskgrid
     from qkv_cli.text.inputs import get_text
-    from qkv_cli.views.mask import emit
+    from qkv_cli.views.console.mask import emit
 
     if opts.model is not None:
         from qkv_cli.cli.params import chat_options
@@ -255,7 +255,7 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table,
 
     With --file, one sentence per line, aggregated over all lines. With no TEXT, a sample sentence."""
     from qkv_cli.api.commands import execute_each
-    from qkv_cli.views.heads import emit_roles
+    from qkv_cli.views.console.heads import emit_roles
 
     if ascending and sort is None:
         raise QkvError("--ascending orders by a column: give --sort COLUMN too")

@@ -69,17 +69,17 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
     Equal token counts are aligned position by position; different counts by their common start and end, the
     differing middle left out (the header says which positions)."""
     from qkv_cli.api.comparison import comparison
-    from qkv_cli.views.compare import emit
-    from qkv_cli.views.files import check_output_path
+    from qkv_cli.views.console.compare import emit
+    from qkv_cli.views.export.writing import check_output_path
 
     if save_npz is not None:
         check_output_path(save_npz)
     if out is not None:
-        from qkv_cli.views.figures import check_image_path
+        from qkv_cli.views.figures.heatmaps import check_image_path
 
         check_image_path(out)
     if page is not None:
-        from qkv_cli.views.html import check_page_path
+        from qkv_cli.views.page.html import check_page_path
 
         check_page_path(page)
     values = vars(opts) | {"layer": layer[0] if layer else None}
@@ -89,10 +89,10 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
     noted(cmp.a), noted(cmp.b)  # what --chat's template added, one line for each run
     emit(cmp, head, precision, format.value, top, save_npz)
     if out is not None:
-        from qkv_cli.views.compare_figure import save
+        from qkv_cli.views.figures.compare import save
 
         typer.echo(f"saved {save(cmp, out, head)}", err=True)
     if page is not None:
-        from qkv_cli.views.compare_page import save as save_page
+        from qkv_cli.views.page.compare import save as save_page
 
         typer.echo(save_page(cmp, page, head, top), err=True)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.options import choices
-from qkv_cli.views.style import COLORMAPS, DPI, MAX_ANNOTATED
+from qkv_cli.views.figures.style import COLORMAPS, DPI, MAX_ANNOTATED
 
 Colormap = choices("Colormap", COLORMAPS)
 TitleOpt = Annotated[
@@ -35,7 +35,7 @@ AnnotateOpt = Annotated[
 def figure_style(title, subtitle, no_subtitle: bool, dpi: int, cmap, annotate: bool):
     """The options as one checked views.style.FigureStyle."""
     from qkv_cli.errors import QkvError
-    from qkv_cli.views.style import FigureStyle
+    from qkv_cli.views.figures.style import FigureStyle
 
     if no_subtitle and subtitle:
         raise QkvError("--no-subtitle and --subtitle TEXT contradict each other: give one")

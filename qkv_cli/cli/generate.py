@@ -55,8 +55,8 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.api.commands import execute
     from qkv_cli.pipeline.compute import load_model
-    from qkv_cli.views.files import check_output_path
-    from qkv_cli.views.generate import emit
+    from qkv_cli.views.console.generate import emit
+    from qkv_cli.views.export.writing import check_output_path
 
     if model is None:
         raise QkvError("qkv generate needs --model: a decoder checkpoint (see qkv models)")
@@ -80,7 +80,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
 
     stream = None
     if format == Format.table and sys.stdout.isatty() and not hasattr(loaded, "dec_layers"):
-        from qkv_cli.views.generate import Stream
+        from qkv_cli.views.console.generate import Stream
 
         stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written (no progress line)
         req = dataclasses.replace(req, progress=None)
@@ -92,7 +92,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         stream.end()
     noted(result)
     if result.context is not None:  # an encoder-decoder wrote: each token's cross-attention over the source
-        from qkv_cli.views.seq2seq import emit_generation
+        from qkv_cli.views.console.encdec import emit_generation
 
         return emit_generation(result, layer[0] if layer else None, heads, precision, format.value, save_npz)
     emit(result, layer, heads, precision, format.value, save_npz, skip=int(exclude_first), streamed=stream is not None)

@@ -16,7 +16,7 @@ def learn(ctx: typer.Context, number: NumberArg = None, list_: ListOpt = False):
     now, by the same code as the command itself) and what to read in it."""
     import shutil
 
-    from qkv_cli.views.lessons import LESSONS, command_line, heading, lesson, listing, reading
+    from qkv_cli.views.console.lessons import LESSONS, command_line, heading, lesson, listing, reading
 
     if list_:
         typer.echo(listing())

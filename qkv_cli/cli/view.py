@@ -29,7 +29,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     from qkv_cli.api.commands import execute
     from qkv_cli.api.show import page
     from qkv_cli.core.budget import parse_size
-    from qkv_cli.views.html import check_page_path, write_page, written
+    from qkv_cli.views.page.html import check_page_path, write_page, written
 
     check_page_path(out)
     limit = parse_size(max_page_size, "--max-page-size")

@@ -66,7 +66,7 @@ class KVCache:
 def layer_cache(c, capacity: int, dtype):
     """A layer's cache: K and V (G, n, d_k), or with multi-head latent attention the latent and the RoPE key."""
     if getattr(c, "latent", None) is not None:
-        from qkv_cli.models.mla import LatentCache
+        from qkv_cli.models.layers.mla import LatentCache
 
         return LatentCache(c.latent, capacity, dtype)
     return LayerCache(c.n_kv_heads, capacity, c.d_k, dtype)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.find import _cache_snapshot, hub_cache, installed_packages, is_gguf, shipped_models
-from qkv_cli.models.weights import INDEX, WEIGHTS
+from qkv_cli.models.formats.find import _cache_snapshot, hub_cache, installed_packages, is_gguf, shipped_models
+from qkv_cli.models.formats.safetensors import INDEX, WEIGHTS
 
 FIELDS = ("name", "path", "source", "package", "family", "layers", "heads", "kv_heads", "d", "vocab_size",
           "size_bytes", "error")  # fmt: skip
@@ -32,12 +32,12 @@ def _size_on_disk(path: Path) -> int:
 
 def config_of(path: Path, name: str):
     """The ModelConfig of a folder's config.json or of a GGUF file's metadata (no weights are read)."""
-    from qkv_cli.models.config import config_from_dict, read_config
+    from qkv_cli.models.families.registry import config_from_dict, read_config
 
     if not is_gguf(path):
         return read_config(path, name)
-    from qkv_cli.models.gguf import read_gguf
-    from qkv_cli.models.gguf_map import config_dict
+    from qkv_cli.models.formats.gguf.mapping import config_dict
+    from qkv_cli.models.formats.gguf.reader import read_gguf
 
     gguf = read_gguf(path)
     return config_from_dict(config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'"), name)
@@ -96,7 +96,7 @@ def package_models() -> list[dict]:
 
 def store_models() -> list[dict]:
     """The GGUF models of ollama's and LM Studio's stores; a bad manifest or file is a row with its error."""
-    from qkv_cli.models.stores import lmstudio_models, ollama_models
+    from qkv_cli.models.formats.stores import lmstudio_models, ollama_models
 
     rows = []
     for source, found in (("ollama", ollama_models()), ("lmstudio", lmstudio_models())):

@@ -18,7 +18,7 @@ from qkv_cli.core import masks
 from qkv_cli.core.masks import MaskSpec
 from qkv_cli.core.result import ModelInfo
 from qkv_cli.errors import QkvError
-from qkv_cli.models.encdec import Attended, embed, multi_head_attention, position_bias, sublayer
+from qkv_cli.models.layers.encdec import Attended, embed, multi_head_attention, position_bias, sublayer
 from qkv_cli.models.model import Model, check_finite
 
 SIDES = ("encoder", "decoder", "cross")  # --attention: which of the three attentions a view shows
@@ -123,7 +123,7 @@ class EncDecModel(Model):
         return x, parts
 
     def cross_kv(self, Y) -> list:  # [n, d] -> per decoder layer (K, V) (tau, n, dk): computed once per source
-        from qkv_cli.models.encdec import split_heads
+        from qkv_cli.models.layers.encdec import split_heads
 
         out = []
         for layer in self.params.decoder.layers:

@@ -6,10 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import config_from_dict, read_config
-from qkv_cli.models.find import check_folder, display_name, is_gguf
-from qkv_cli.models.registry import family_for
-from qkv_cli.models.weights import Tensors, check_weights, read_weights
+from qkv_cli.models.families.registry import config_from_dict, family_for, read_config
+from qkv_cli.models.formats.find import check_folder, display_name, is_gguf
+from qkv_cli.models.formats.safetensors import Tensors, check_weights, read_weights
 
 HINT = "--dtype float32, or a smaller model"
 
@@ -19,8 +18,8 @@ def stored_tensors(path: Path, name: str = ""):
     rope_freqs, rot/2 numbers of its config, is)."""
     path = Path(path)
     if is_gguf(path):
-        from qkv_cli.models.gguf import read_gguf
-        from qkv_cli.models.gguf_map import config_dict, hf_tensors
+        from qkv_cli.models.formats.gguf.mapping import config_dict, hf_tensors
+        from qkv_cli.models.formats.gguf.reader import read_gguf
 
         gguf = read_gguf(path)
         raw = config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'")
@@ -44,8 +43,8 @@ def load_model(path, dtype="float32", name: str = "", max_memory: int | None = N
 
 
 def _load_gguf(path: Path, dtype: str, name: str, max_memory):
-    from qkv_cli.models.gguf import read_gguf
-    from qkv_cli.models.gguf_map import config_dict, hf_tensors
+    from qkv_cli.models.formats.gguf.mapping import config_dict, hf_tensors
+    from qkv_cli.models.formats.gguf.reader import read_gguf
 
     gguf = read_gguf(path)
     raw = config_dict(gguf.metadata, gguf.tensors, f"GGUF file '{path.name}'")
@@ -82,7 +81,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
         model.fixed_bytes = weights.nbytes(itemsize, family.fixed_keys(config))
         if max_memory is not None:
-            from qkv_cli.models.stream import fit
+            from qkv_cli.models.formats.stream import fit
 
             fit(params, model.fixed_bytes, max_memory)
             _check_streamed(model, weights.nbytes(itemsize), max_memory)

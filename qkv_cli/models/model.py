@@ -17,9 +17,9 @@ from qkv_cli.core import masks
 from qkv_cli.core.numerics import scaled_scores
 from qkv_cli.core.result import LayerResult, ModelInfo, ModelResult, Result
 from qkv_cli.errors import QkvError
-from qkv_cli.models.config import ModelConfig, Param
-from qkv_cli.models.moe import stacked
-from qkv_cli.models.registry import family_for
+from qkv_cli.models.families.registry import family_for
+from qkv_cli.models.formats.config import ModelConfig, Param
+from qkv_cli.models.layers.moe import stacked
 from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
 
 SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.fast.MAX_BLOCK_ROWS rows each)
@@ -77,7 +77,7 @@ class Model:
     def weights_bytes(self) -> int:
         """What the weights hold at most during a pass: all of them, or for a streamed model (models.stream) the
         resident layers, the two being read and the head as the budget keeps it."""
-        from qkv_cli.models.stream import held_bytes, streamed
+        from qkv_cli.models.formats.stream import held_bytes, streamed
 
         return held_bytes(self.params, self.fixed_bytes) if streamed(self.params) else self._weights_bytes
 
@@ -87,7 +87,7 @@ class Model:
 
     def fit_weights(self, spare: int) -> None:
         """Let the weights of a streamed model hold at most `spare` bytes (as many layers resident as fit)."""
-        from qkv_cli.models.stream import fit, streamed
+        from qkv_cli.models.formats.stream import fit, streamed
 
         if streamed(self.params):
             fit(self.params, self.fixed_bytes, spare)

@@ -14,7 +14,7 @@ def load(spec: str, dtype: str, download: bool = False, max_memory: int | None =
     """The Model behind --model SPEC (a folder, a cache name, an installed package, an ollama or LM
     Studio name), weights in `dtype`."""
     from qkv_cli.models import load_model, resolve_model
-    from qkv_cli.models.stores import name_of
+    from qkv_cli.models.formats.stores import name_of
 
     limit = budget.default_max_memory() if max_memory is None else max_memory
     return load_model(resolve_model(spec, download=download), dtype=dtype, name=name_of(spec), max_memory=limit)

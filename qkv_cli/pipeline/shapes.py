@@ -48,9 +48,9 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
     import math
 
     from qkv_cli.models import family_for, resolve_model
+    from qkv_cli.models.formats.safetensors import SKIP
+    from qkv_cli.models.formats.stores import name_of
     from qkv_cli.models.load import stored_tensors
-    from qkv_cli.models.stores import name_of
-    from qkv_cli.models.weights import SKIP
 
     if text is not None:
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")

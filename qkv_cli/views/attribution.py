@@ -76,7 +76,7 @@ def arrays(r: Result) -> dict:
 
 
 def json_doc(r: Result) -> dict:
-    from qkv_cli.views.export import jsonable, settings_dict
+    from qkv_cli.views.export.results import jsonable, settings_dict
 
     doc = {"method": r.method, "layer": layer_of(r), "tokens": list(r.tokens.strings), "labels": r.labels,
            "ids": None if r.ids is None else [int(i) for i in r.ids], "settings": settings_dict(r),
@@ -122,15 +122,15 @@ def emit(r: Result, show, heads, precision: int, fmt: str, save_npz=None) -> Non
     else:
         tables(r, heads, precision)
     if save_npz is not None:
-        from qkv_cli.views.files import save_npz as save
+        from qkv_cli.views.export.writing import save_npz as save
 
         print(f"saved {save(arrays(r), save_npz)}", file=sys.stderr)
 
 
 def tables(r: Result, heads, precision: int) -> None:
-    from qkv_cli.views import tables as t
     from qkv_cli.views.console import console
-    from qkv_cli.views.describe import settings_line
+    from qkv_cli.views.console import tables as t
+    from qkv_cli.views.console.describe import settings_line
 
     out = console()
     out.print(settings_line(r), style="bold")
@@ -161,7 +161,7 @@ def grid(title, matrix, r: Result, precision: int, width: int, is_weight: bool):
     """A queries x keys table; a matrix that is not a weight (norms) is printed as is and shaded by its row share."""
     from rich.text import Text
 
-    from qkv_cli.views import tables as t
+    from qkv_cli.views.console import tables as t
 
     if is_weight:
         return t.matrix_table(title, matrix, r.labels, r.key_labels, precision, width, weights=True, masked=r.masked)
@@ -202,9 +202,9 @@ def human(n: float) -> str:
 
 def heatmap_figure(r: Result, heads, scale: str = "linear"):
     """Panels: the layer's weights (mean over heads), the attribution (rows as shares), per head with --head."""
-    from qkv_cli.views.captions import mask_words
-    from qkv_cli.views.describe import settings_line
-    from qkv_cli.views.figures import draw_grid
+    from qkv_cli.views.console.describe import settings_line
+    from qkv_cli.views.figures.captions import mask_words
+    from qkv_cli.views.figures.heatmaps import draw_grid
 
     panels = [
         (f"alpha, layer {layer_of(r)}, mean over heads", r.weights.mean(axis=0), r.masked),

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 
 from qkv_cli.core.result import Result
-from qkv_cli.views.describe import ablation_line, figure_title, settings_line
+from qkv_cli.views.console.describe import ablation_line, figure_title, settings_line
 
 
 def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
     """One attention layer (DENSE, or LAYER of a checkpoint): tables, JSON or CSV; then the NPZ if asked."""
     from qkv_cli.core.stats import head_summary
-    from qkv_cli.views import export, tables
-    from qkv_cli.views.console import console
+    from qkv_cli.views.console import console, tables
+    from qkv_cli.views.export import results as export
 
     if fmt == "json":
         export.write_json(export.json_doc(result, show, heads), sys.stdout)
@@ -46,15 +46,15 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
                 row["sink_share"] = float(result.sinks[j].mean())
         out.print(tables.summary_table(summary))
     if save_npz is not None:
-        from qkv_cli.views.files import save_npz as save
+        from qkv_cli.views.export.writing import save_npz as save
 
         print(f"saved {save(export.layer_arrays(result), save_npz)}", file=sys.stderr)
 
 
 def heatmap_figure(result: Result, heads, scale: str = "linear"):
     """One panel per head (one head: one unlabelled panel), the sink's share first where the layer has sinks."""
-    from qkv_cli.views.captions import subtitle
-    from qkv_cli.views.figures import draw_grid
+    from qkv_cli.views.figures.captions import subtitle
+    from qkv_cli.views.figures.heatmaps import draw_grid
 
     panels = [(f"head {j}", result.weights[j], result.masked) for j in heads]
     keys, words = result.key_labels, subtitle(result, heads)
@@ -72,7 +72,7 @@ SINK_NOTE = "column 'sink': the share of each row the sink took (1 - row sum)"
 
 def sink_panels(panels, shares, keys):  # [(name, [m, n], [m, n])], [[m]] -> the same with [m, 1 + n], keys
     """Figure panels with the sink's share of each row as a first column, labelled 'sink'."""
-    from qkv_cli.views.tables import with_sink_column
+    from qkv_cli.views.console.tables import with_sink_column
 
     out = []
     for (name, weights, masked), share in zip(panels, shares, strict=True):

@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from qkv_cli.views import export
 from qkv_cli.views.console import clean
+from qkv_cli.views.export import results as export
 
 
 def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
@@ -35,7 +35,7 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
         for l, r in run.layers.items():
             writer.writerows([l, *row] for row in export.csv_rows(r, show, heads))
         if experts and run.router_top is not None:
-            from qkv_cli.views.experts import csv_rows
+            from qkv_cli.views.console.experts import csv_rows
 
             writer.writerows(csv_rows(run, list(run.layers)))
     else:
@@ -43,15 +43,15 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
             if show:
                 emit_layer(r, show, heads, precision, "table")
         if experts and run.router_top is not None:
-            from qkv_cli.views import experts as routing
+            from qkv_cli.views.console import experts as routing
 
             routing.emit(run, list(run.layers), precision)
         if run.predictions is not None:
-            from qkv_cli.views.predict import tables
+            from qkv_cli.views.console.predict import tables
 
             tables(run, precision)
     if save_npz is not None:
-        from qkv_cli.views.files import save_npz as save
+        from qkv_cli.views.export.writing import save_npz as save
 
         path = save(export.model_arrays(run), save_npz)
         print(f"saved {path} (detail of layer {first.model.layer}, attentions of all layers)", file=sys.stderr)
@@ -83,9 +83,9 @@ def predictions_doc(run) -> dict:
 def heatmap_figure(run, heads, layer_given: bool, scale: str = "linear"):
     """With --layer: that layer's heads (one --head: a single head); several --layer: a layer x head grid.
     Without: the model view, every layer x head as one mosaic."""
-    from qkv_cli.views.captions import heads_words, layers_subtitle
-    from qkv_cli.views.describe import figure_title, settings_line
-    from qkv_cli.views.figures import draw_grid, draw_model_view
+    from qkv_cli.views.console.describe import figure_title, settings_line
+    from qkv_cli.views.figures.captions import heads_words, layers_subtitle
+    from qkv_cli.views.figures.heatmaps import draw_grid, draw_model_view
     from qkv_cli.views.layer import heatmap_figure as layer_figure
 
     first = run.first_layer()

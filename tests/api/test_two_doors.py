@@ -13,7 +13,7 @@ from tiny import make_checkpoint
 import qkv_cli as qkv
 from qkv_cli.api import commands
 from qkv_cli.core import result as records
-from qkv_cli.views import figures
+from qkv_cli.views.figures import heatmaps as figures
 
 TEXT = "the cat sat on the mat"
 RANDOM = ["--d", "8", "--heads", "2", "--causal"]

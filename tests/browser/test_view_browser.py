@@ -186,7 +186,7 @@ def test_hostile_labels_are_text(viewer, tmp_path):
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.pipeline.request import Request
     from qkv_cli.text.tokens import Tokens
-    from qkv_cli.views.html import save_page
+    from qkv_cli.views.page.html import save_page
 
     hostile = ("</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\x1b[2J", "&lt;b&gt;")
     r = compute(Request(text="a b c d", settings=Settings(d=16, tau=2)))
@@ -251,7 +251,7 @@ def test_a_compact_page_shows_the_run_within_its_storage(pages, viewer, monkeypa
     scores of masked cells are said not to be stored."""
     from helpers import smollm2_gguf
 
-    from qkv_cli.views import html_data
+    from qkv_cli.views.page import data as html_data
 
     monkeypatch.setattr(html_data, "COMPACT_CELLS", 0)
     html, z = pages("The cat sat on the mat because it was tired.", "--model", smollm2_gguf(), "--dtype", "float32")

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
-from qkv_cli.views.export import SCHEMA
+from qkv_cli.views.export.results import SCHEMA
 
 runner = CliRunner()
 TEXT = "The animal didn't cross the street because it was too tired."
@@ -205,7 +205,7 @@ def test_matrix_table_shows_every_column_it_counts(width, n, weights, precision)
     (the '.' of an 11-token run) while the note said nothing was left out."""
     from rich.console import Console
 
-    from qkv_cli.views.tables import matrix_table
+    from qkv_cli.views.console.tables import matrix_table
 
     matrix = np.random.default_rng(0).random((n, n))
     table, note = matrix_table("t", matrix, ["because"] * n, [f"c{j:02d}" for j in range(n)], precision, width, weights)

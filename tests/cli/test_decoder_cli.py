@@ -1,4 +1,4 @@
-"""RoPE decoders through the CLI without PyTorch: tiny NumPy-made checkpoints (tests/tiny.py) with grouped-query
+"""RoPE decoders through the CLI without PyTorch: tiny NumPy-made checkpoints (tests/support/tiny.py) with grouped-query
 attention (tau=4 query heads, G=2 key/value heads), Gemma 2's sliding/full layers, scale and soft-cap."""
 
 import json

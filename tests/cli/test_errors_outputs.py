@@ -39,11 +39,13 @@ def test_unwritable_folder(args, in_tmp, monkeypatch):
     out = in_tmp / "out"
     out.mkdir()
     if os.geteuid() == 0:  # root writes through chmod 555: simulate a read-only folder
-        import qkv_cli.views.files
+        import qkv_cli.views.export.writing
 
-        real = qkv_cli.views.files.os.access
+        real = qkv_cli.views.export.writing.os.access
         monkeypatch.setattr(
-            qkv_cli.views.files.os, "access", lambda p, mode: False if Path(p).resolve() == out else real(p, mode)
+            qkv_cli.views.export.writing.os,
+            "access",
+            lambda p, mode: False if Path(p).resolve() == out else real(p, mode),
         )
     else:
         out.chmod(0o555)

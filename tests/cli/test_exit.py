@@ -52,7 +52,7 @@ def test_exit_codes_and_messages_are_kept():
 
 SETUP = """
 import matplotlib.artist as artist
-from qkv_cli.views.figures import setup
+from qkv_cli.views.figures.heatmaps import setup
 hook = artist.Artist.__dict__["_update_set_signature_and_docstring"]
 setup()
 from matplotlib.text import Text

@@ -14,7 +14,7 @@ import pytest
 from tiny import make_checkpoint
 
 from qkv_cli.errors import QkvError
-from qkv_cli.views import html_data
+from qkv_cli.views.page import data as html_data
 
 
 def times(factor):

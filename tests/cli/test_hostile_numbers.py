@@ -12,7 +12,7 @@ from clitools import assert_one_line_error, invoke
 from tiny import make_checkpoint
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.rope import Rope
+from qkv_cli.models.layers.rope import Rope
 
 
 def rewrite_header(path, edit):

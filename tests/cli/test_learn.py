@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from qkv_cli.cli import app
-from qkv_cli.views.lessons import LESSONS, command_line
+from qkv_cli.views.console.lessons import LESSONS, command_line
 
 runner = CliRunner()
 ENV = {"COLUMNS": "100", "TERM": "dumb", "NO_COLOR": "1"}

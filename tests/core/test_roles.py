@@ -101,7 +101,7 @@ def test_layer_head_hook_for_checkpoints():
 
 
 def test_layer_head_table_rendering(capsys):
-    from qkv_cli.views.heads import emit_heads
+    from qkv_cli.views.console.heads import emit_heads
 
     ws = [np.stack([np.stack([pattern("previous"), pattern("self")]), np.stack([pattern("first"), pattern("broad")])])]
     emit_heads(layer_head_stats(ws), "table", "settings", 1)

@@ -1,5 +1,5 @@
 """Fixtures: tiny checkpoints of the families that need no PyTorch to write, and `built`: tiny models of
-tests/decoders.py made and saved by transformers (reference tests; a module may define its own)."""
+tests/support/decoders.py made and saved by transformers (reference tests; a module may define its own)."""
 
 import pytest
 from tiny import FAMILIES, make_checkpoint

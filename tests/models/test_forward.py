@@ -186,7 +186,7 @@ def test_unknown_safetensors_dtype(tiny_bert):
 
 
 def test_weights_are_memory_mapped_not_copied(tiny_bert):
-    from qkv_cli.models.weights import read_weights
+    from qkv_cli.models.formats.safetensors import read_weights
 
     tensors = [t.read() for t in read_weights(tiny_bert).values()]
     assert all(type(t) is np.ndarray for t in tensors)
@@ -194,7 +194,7 @@ def test_weights_are_memory_mapped_not_copied(tiny_bert):
 
 
 def test_result_arrays_for_export(tiny_gpt2):
-    from qkv_cli.views.export import model_arrays
+    from qkv_cli.views.export.results import model_arrays
 
     result = load_model(tiny_gpt2).run("the cat sat", layers=[1])
     arrays = model_arrays(result)

@@ -245,7 +245,7 @@ def test_find_models_lists_cache(tmp_path, monkeypatch):
 def test_read_ahead_gives_the_same_arrays_skips_what_it_is_told_and_reports_errors():
     import threading
 
-    from qkv_cli.models.weights import Tensor, Tensors
+    from qkv_cli.models.formats.safetensors import Tensor, Tensors
 
     rng = np.random.default_rng(0)
     values = {f"t{i}": rng.standard_normal((64, 48)).astype(np.float32) for i in range(12)}

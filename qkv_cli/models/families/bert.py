@@ -1,0 +1,196 @@
+"""BERT-family encoders: word + position + token-type embeddings, then post-LayerNorm blocks.
+
+x_0 = LN(E[ids] + P[0..m-1] + T[type_ids])
+block l:  a = MultiHead(x) (bidirectional: no mask);  x' = LN(x + a);  x'' = LN(x' + W_2 gelu(W_1 x' + b_1) + b_2)
+Checkpoint matrices are PyTorch Linear weights (out, in), used as stored (layers.Linear computes (W x^T)^T).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qkv_cli.core.masks import MaskSpec
+from qkv_cli.errors import QkvError
+from qkv_cli.models.formats.config import ModelConfig, Param, attention_params, layer_norm_mlp_params
+from qkv_cli.models.layers.attention import AttentionWeights, Hooks, self_attention
+from qkv_cli.models.layers.basic import ACTIVATIONS, Linear, layer_norm
+
+MODEL_TYPE = "bert"
+PREFIXES = ("bert.", "")
+ATTENTION_INPUT = "the layer input"
+
+
+def read_config(keys) -> dict:
+    """The config.json keys a BERT-family checkpoint uses."""
+    if keys.get("position_embedding_type", "absolute") != "absolute":
+        raise QkvError(
+            f"{keys.where}: position_embedding_type {keys.raw['position_embedding_type']!r} is not supported"
+        )
+    types = keys.int("type_vocab_size", 2)
+    if types < 1:
+        raise QkvError(f"{keys.where}: 'type_vocab_size' must be at least 1 (BERT adds token type 0 to every token)")
+    return {
+        "n_layers": keys.int("num_hidden_layers"),
+        "n_heads": keys.int("num_attention_heads"),
+        "d": keys.int("hidden_size"),
+        "d_ff": keys.int("intermediate_size"),
+        "vocab_size": keys.int("vocab_size"),
+        "max_positions": keys.int("max_position_embeddings"),
+        "type_vocab_size": types,
+        "norm_eps": keys.number("layer_norm_eps", 1e-12),
+        "activation": keys.str("hidden_act", "gelu"),
+    }
+
+
+def parameter_table(c: ModelConfig) -> list[Param]:
+    """Every learned matrix the forward pass uses (the pooler is not used and not listed)."""
+    d = c.d
+    ln1, ln2 = "LayerNorm after attention (post-LN)", "LayerNorm after the feed-forward (post-LN)"
+    return [
+        Param("word_embeddings", "E", (c.vocab_size, d), 1, "token vectors (one row per vocabulary id)"),
+        Param("position_embeddings", "P", (c.max_positions, d), 1, "learned position vectors"),
+        Param("token_type_embeddings", "T", (c.type_vocab_size, d), 1, "segment vectors (sentence A/B)"),
+        Param("embeddings_ln_gamma", "gamma", (d,), 1, "embedding LayerNorm scale"),
+        Param("embeddings_ln_beta", "beta", (d,), 1, "embedding LayerNorm shift"),
+        *attention_params(c),
+        *layer_norm_mlp_params(c, ln1, ln2),
+    ]
+
+
+def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Every checkpoint tensor the forward pass reads (without the 'bert.' prefix) -> its expected shape."""
+    d, dff = c.d, c.d_ff
+    shapes = {
+        "embeddings.word_embeddings.weight": (c.vocab_size, d),
+        "embeddings.position_embeddings.weight": (c.max_positions, d),
+        "embeddings.token_type_embeddings.weight": (c.type_vocab_size, d),
+        "embeddings.LayerNorm.weight": (d,),
+        "embeddings.LayerNorm.bias": (d,),
+    }
+    for l in range(c.n_layers):
+        p = f"encoder.layer.{l}."
+        for proj in ("query", "key", "value"):
+            shapes[p + f"attention.self.{proj}.weight"] = (d, d)
+            shapes[p + f"attention.self.{proj}.bias"] = (d,)
+        shapes.update(
+            {
+                p + "attention.output.dense.weight": (d, d),
+                p + "attention.output.dense.bias": (d,),
+                p + "attention.output.LayerNorm.weight": (d,),
+                p + "attention.output.LayerNorm.bias": (d,),
+                p + "intermediate.dense.weight": (dff, d),
+                p + "intermediate.dense.bias": (dff,),
+                p + "output.dense.weight": (d, dff),
+                p + "output.dense.bias": (d,),
+                p + "output.LayerNorm.weight": (d,),
+                p + "output.LayerNorm.bias": (d,),
+            }
+        )
+    return shapes
+
+
+@dataclass
+class Block:
+    attn: AttentionWeights
+    ln1: tuple[np.ndarray, np.ndarray]  # after attention
+    ffn1: Linear  # d -> d_ff
+    ffn2: Linear  # d_ff -> d
+    ln2: tuple[np.ndarray, np.ndarray]  # after the feed-forward
+
+
+@dataclass
+class Params:
+    E: np.ndarray  # (V, d) word embeddings
+    P: np.ndarray  # (P, d) position embeddings
+    T: np.ndarray  # (types, d) token-type embeddings
+    ln_emb: tuple[np.ndarray, np.ndarray]
+    blocks: list[Block]
+
+
+def prepare(w, c: ModelConfig, dtype) -> Params:
+    """Checkpoint tensors (prefix stripped) -> Params in `dtype`; Linear weights stay (out, in), Q|K|V stacked."""
+
+    v = w  # w(name): the tensor, cast to dtype (models.weights.Tensors)
+
+    def dense(name):
+        return Linear(v(name + ".weight"), v(name + ".bias"), out_in=True)
+
+    blocks = []
+    for l in range(c.n_layers):
+        p = f"encoder.layer.{l}."
+        s = p + "attention.self."
+        qkv = Linear(
+            W=np.concatenate([v(s + "query.weight"), v(s + "key.weight"), v(s + "value.weight")]),  # (3d, d)
+            b=np.concatenate([v(s + "query.bias"), v(s + "key.bias"), v(s + "value.bias")]),
+            out_in=True,
+        )
+        blocks.append(
+            Block(
+                attn=AttentionWeights(qkv, dense(p + "attention.output.dense"), c.n_heads, c.n_kv_heads, c.d_k),
+                ln1=(v(p + "attention.output.LayerNorm.weight"), v(p + "attention.output.LayerNorm.bias")),
+                ffn1=dense(p + "intermediate.dense"),
+                ffn2=dense(p + "output.dense"),
+                ln2=(v(p + "output.LayerNorm.weight"), v(p + "output.LayerNorm.bias")),
+            )
+        )
+    return Params(
+        E=v("embeddings.word_embeddings.weight"),
+        P=v("embeddings.position_embeddings.weight"),
+        T=v("embeddings.token_type_embeddings.weight"),
+        ln_emb=(v("embeddings.LayerNorm.weight"), v("embeddings.LayerNorm.bias")),
+        blocks=blocks,
+    )
+
+
+def embed(params: Params, c: ModelConfig, ids, start: int = 0, type_ids=None):  # [m] -> [m, d]
+    """x_0 = LN(E[ids] + P[0..m-1] + T[type_ids]); type_ids default to 0 (one sentence)."""
+    m = len(ids)
+    x = params.E[ids]  # (m, d), a new array
+    x += params.P[:m]
+    if type_ids is None:
+        x += params.T[0]
+    else:
+        x += params.T[type_ids]
+    return layer_norm(x, *params.ln_emb, c.norm_eps)
+
+
+def layer_mask(c: ModelConfig, layer: int) -> MaskSpec:  # bidirectional: every query sees every key
+    return MaskSpec()
+
+
+def layer_type(c: ModelConfig, layer: int) -> str:
+    return ""
+
+
+def layer_extras(p, c: ModelConfig, layer: int, m: int, dtype) -> dict:  # no RoPE, no QK-norm
+    return {}
+
+
+def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product attention
+    return Hooks(scale=1 / math.sqrt(c.d_k))
+
+
+def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
+          rows=None):  # fmt: skip
+    """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
+    b = p.blocks[layer]
+    parts = self_attention(
+        x, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, into=into, rows=rows
+    )  # H = x: the layer's input
+    h = parts.output + x
+    h = layer_norm(h, *b.ln1, c.norm_eps)
+    f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
+    out = b.ffn2(f)  # (m, d_ff) x (d_ff, d) -> (m, d)
+    out += h
+    return layer_norm(out, *b.ln2, c.norm_eps), parts
+
+
+def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: BERT has no final LayerNorm
+    return x
+
+
+def logits(p: Params, c: ModelConfig, h):  # an encoder: no output head that predicts the next token
+    return None
