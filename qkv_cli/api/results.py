@@ -221,7 +221,7 @@ class Generation(Output):
 
     def steps(self, layer: int | None = None, heads=None) -> list[dict]:
         """The per-token rows of ``qkv generate`` (attention averaged over ``heads`` of ``layer``, default all)."""
-        from qkv_cli.views.console.generate import steps
+        from qkv_cli.views.generate import steps
 
         tau = self.result.step_attentions.shape[2]
         return steps(self.result, layer, list(range(tau)) if heads is None else list(heads))

@@ -236,7 +236,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
         model = load(opts.model, "float64", opts.download)
         text = get_text(text, opts.file, sample("short"))
-        if opts.target is not None or opts.attention is not None or hasattr(model, "dec_layers"):
+        if opts.target is not None or opts.attention is not None or model.is_encoder_decoder:
             from qkv_cli.pipeline.seq2seq_inspect import mask_grid
 
             attention = opts.attention and opts.attention.value

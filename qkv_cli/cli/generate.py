@@ -55,7 +55,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.api.commands import execute
     from qkv_cli.pipeline.compute import load_model
-    from qkv_cli.views.console.generate import emit
+    from qkv_cli.views.generate import emit
     from qkv_cli.views.export.writing import check_output_path
 
     if model is None:
@@ -67,20 +67,20 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
                   generate=max_new_tokens, progress=None if quiet else progress_line())  # fmt: skip
     loaded = load_model(req)
     L, tau = loaded.config.n_layers, loaded.config.n_heads
-    if hasattr(loaded, "dec_layers"):  # an encoder-decoder: --layer and --head count the decoder's
+    if loaded.is_encoder_decoder:  # an encoder-decoder: --layer and --head count the decoder's
         L, tau = loaded.dec_layers, loaded.dec_heads
     heads = parse_heads(head, tau)
     if layer:
         from qkv_cli.models import check_layer
 
         layer = list(dict.fromkeys(check_layer(at, L) for at in layer))  # in the order given, each once
-        if len(layer) > 1 and hasattr(loaded, "dec_layers"):
+        if len(layer) > 1 and loaded.is_encoder_decoder:
             raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
     from qkv_cli.cli.commands import noted
 
     stream = None
-    if format == Format.table and sys.stdout.isatty() and not hasattr(loaded, "dec_layers"):
-        from qkv_cli.views.console.generate import Stream
+    if format == Format.table and sys.stdout.isatty() and not loaded.is_encoder_decoder:
+        from qkv_cli.views.generate import Stream
 
         stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written (no progress line)
         req = dataclasses.replace(req, progress=None)

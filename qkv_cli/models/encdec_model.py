@@ -43,6 +43,8 @@ def check_side(attention: str, model_name: str = "") -> str:
 class EncDecModel(Model):
     """An encoder-decoder checkpoint: config.n_layers / n_heads are the encoder's; the decoder's are options."""
 
+    is_encoder_decoder = True
+
     @property
     def dec_layers(self) -> int:
         return self.config.seq2seq.dec_layers

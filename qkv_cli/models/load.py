@@ -64,6 +64,7 @@ def _load_gguf(path: Path, dtype: str, name: str, max_memory):
 def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, source: str, tokenizer=None):
     import numpy as np
 
+    from qkv_cli.models.encdec_model import EncDecModel
     from qkv_cli.models.model import Model
 
     family = family_for(config.family)
@@ -95,7 +96,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         params = family.prepare(weights, config, np.dtype(dtype))
     finally:
         weights.cancel()
-    make = getattr(family, "make_model", Model)  # an encoder-decoder family builds its own kind of Model
+    make = EncDecModel if family.is_encoder_decoder else Model  # an encoder-decoder runs its own forward
     model = make(config, path, dtype, params, name=name, tokenizer=tokenizer)
     model.weights_bytes = weights.nbytes(itemsize)
     return model

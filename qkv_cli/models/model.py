@@ -55,6 +55,8 @@ def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers
 class Model:
     """A checkpoint loaded for the NumPy forward pass: config, prepared weights, tokenizer (loaded on first use)."""
 
+    is_encoder_decoder = False  # models.encdec_model.EncDecModel: an encoder, a decoder and cross-attention
+
     def __init__(self, config: ModelConfig, path: Path, dtype, params, name: str = "", tokenizer=None):
         """tokenizer: None (the folder's tokenizer.json) or a function that builds it (a GGUF file's vocabulary)."""
         self.config = config

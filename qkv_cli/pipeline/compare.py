@@ -114,7 +114,7 @@ def difference(wa: np.ndarray, wb: np.ndarray, al: Alignment):
 def check_models(ma, mb) -> None:
     """Two models compared on one text: the same layers and heads (a base model and its instruct version)."""
     for model in (ma, mb):
-        if hasattr(model, "dec_layers"):
+        if model is not None and model.is_encoder_decoder:
             raise QkvError(f"qkv compare reads a decoder's or an encoder's attention, not an encoder-decoder's "
                            f"({model.name})")  # fmt: skip
     shape_a = (ma.config.n_layers, ma.config.n_heads)
@@ -149,7 +149,7 @@ def run(req: Request, texts: tuple[str, ...], models: tuple = ()) -> Comparison:
         raise QkvError("qkv compare takes two texts (compare A B, on one model or on random weights) or one text "
                        "and two models (compare TEXT --model M1 --model M2)")  # fmt: skip
     for model in models[:1] if mode == "texts" else ():
-        if hasattr(model, "dec_layers"):
+        if model is not None and model.is_encoder_decoder:
             raise QkvError(f"qkv compare reads a decoder's or an encoder's attention, not an encoder-decoder's "
                            f"({model.name})")  # fmt: skip
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory

@@ -19,7 +19,7 @@ def panel_size(req: Request, model=None) -> tuple[int, int] | None:
     known before the run (stdin, a batch, a generation, an attribution, an encoder-decoder)."""
     if "-" in (req.text, req.file, req.context_file) or req.batch or req.generate or req.method is not None:
         return None
-    if hasattr(model, "dec_layers"):
+    if model is not None and model.is_encoder_decoder:
         return None
     text = read_text(req)
     if model is not None:

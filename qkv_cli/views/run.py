@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from qkv_cli.core.result import Kind, Result
-from qkv_cli.views import attribution, layer, model
-from qkv_cli.views.console import band, batch, generate
+from qkv_cli.views import attribution, band, batch, generate, layer, model
 
 RENDERERS = {
     Kind.DENSE: layer.emit_layer,

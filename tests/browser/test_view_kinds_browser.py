@@ -1,7 +1,7 @@
 """`qkv view --generate` and `qkv view --method` in Chromium: every weight (and every attribution value) the page
 gives through window.qkvView equal to the NPZ of `qkv generate` / `qkv attribute` with the same options, the masked
 cells where a step had not read yet, the attribution's head button, tooltip and thumbnail, nothing fetched, no
-console error. A tiny NumPy-made GPT-2 (tests/support/tiny.py); a tiny random Llama with grouped heads (tests/support/decoders.py)."""
+console error. A tiny NumPy-made GPT-2 (support/tiny.py), a tiny random grouped-head Llama (support/decoders.py)."""
 
 from __future__ import annotations
 

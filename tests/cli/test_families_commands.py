@@ -1,4 +1,4 @@
-"""Every command of the CLI on a tiny random model of each newer family (tests/support/decoders.py, built once per module by
+"""Every command of the CLI on a tiny random model of each newer family (support/decoders.py, built once per module by
 transformers): run (table, JSON, NPZ), heatmap, view, explain, mask, heads, attribute, generate, shapes, compare and
 `run --show experts`. Each test checks something the family could get wrong against transformers' config or model."""
 

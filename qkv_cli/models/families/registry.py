@@ -55,6 +55,7 @@ FAMILIES = {
     "marian": "qkv_cli.models.families.encdec.marian",
 }
 
+ENCDEC = "qkv_cli.models.layers.encdec"  # the BASE of every encoder-decoder family
 
 PROTOCOL = (
     "MODEL_TYPE",
@@ -100,6 +101,12 @@ class Family:
     def __repr__(self) -> str:
         return f"Family({self.module.MODEL_TYPE!r})"
 
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """Built on the shared encoder-decoder layers (models.layers.encdec): an encoder, a decoder and the
+        cross-attention between them, run by models.encdec_model instead of the decoder protocol above."""
+        return getattr(getattr(self.module, "BASE", None), "__name__", "") == ENCDEC
+
 
 def family_for(model_type, where: str = "config.json"):
     """The family module for a model_type; an unknown one lists the known ones."""
@@ -113,10 +120,8 @@ def family_for(model_type, where: str = "config.json"):
 
 
 def encoder_decoders() -> set[str]:
-    """The model_types built on the shared encoder-decoder (models.encdec): their protocol is encdec's, not the
-    decoder's above (no block / final / logits; their forward lives in models.encdec_model)."""
-    base = {t: getattr(family_for(t).module, "BASE", None) for t in FAMILIES}
-    return {t for t, b in base.items() if getattr(b, "__name__", "") == "qkv_cli.models.layers.encdec"}
+    """The model_types built on the shared encoder-decoder (Family.is_encoder_decoder)."""
+    return {t for t in FAMILIES if family_for(t).is_encoder_decoder}
 
 
 def config_from_dict(raw: dict, name: str = "") -> ModelConfig:

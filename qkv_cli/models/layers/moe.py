@@ -55,7 +55,7 @@ class Moe:
     groups: int = 1  # n_group: experts split in groups (sigmoid_groups)
     top_groups: int = 1  # topk_group: the groups a token may choose from
     dense_layers: tuple[int, ...] = ()  # layers with a dense MLP instead (mlp_only_layers, first_k_dense_replace)
-    names: str = "mixtral"  # how the checkpoint names the router and experts (moe_config.NAMES)
+    names: str = "mixtral"  # how the checkpoint names the router and experts (formats.hf_experts.NAMES)
 
     def __post_init__(self):
         for name in ("experts", "top_k", "d_expert", "groups", "top_groups"):

@@ -201,7 +201,7 @@ def cache_sizes(c) -> tuple[int, int, int]:
     if c.seq2seq is None:
         return c.n_layers, c.n_kv_heads, c.d_k
     tau = c.seq2seq.dec_heads
-    return c.seq2seq.dec_layers, tau, c.d_k if c.family in ("t5", "mt5", "umt5") else c.d // tau
+    return c.seq2seq.dec_layers, tau, c.seq2seq.dec_d_k or c.d // tau
 
 
 def kv_cache_bytes(layers: int, G: int, dk: int, itemsize: int) -> int:

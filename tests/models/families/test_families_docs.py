@@ -1,5 +1,5 @@
 """docs/families.md's examples are real output: each "`qkv ... --model tiny-<case>` prints" followed by a ```text
-block is run on that tiny model (tests/support/decoders.py's case, built by transformers under that name) and compared with
+block is run on that tiny model (support/decoders.py's case, built by transformers under that name) and compared with
 the block; a line `...` in a block stands for any lines left out. (The docs checker, tests/test_readme.py, runs
 ```console blocks, on installed models.)"""
 

@@ -1,6 +1,6 @@
 """The mixture-of-experts families against transformers: each MoE layer's choice of experts and their weights equal
 those of transformers' own router modules (read through forward hooks), in float32 and float64; dense layers of
-Qwen3-MoE route nothing. The attention, hidden states and generation are decoders' cases (tests/support/decoders.py MOE)."""
+Qwen3-MoE route nothing. The attention, hidden states and generation are decoders' cases (support/decoders.py MOE)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """GGUF files of llama.cpp's architectures against transformers on the same weights.
 
-Each tiny random model of tests/support/decoders.py is written to GGUF by tests/support/gguf_convert.py, a small converter that
+Each tiny random model of support/decoders.py is written to GGUF by support/gguf_convert.py, a small converter that
 follows llama.cpp's convert_hf_to_gguf.py, not qkv's code (the metadata each model class writes, gguf-py's tensor
 names, the rows of a `llama` file's attn_q and attn_k permuted to pairs, Gemma's norms stored as 1 + w, GPT-NeoX's
 fused attn_qkv regrouped, F32 or F16). What llama.cpp never writes (query_pre_attn_scalar, a Mistral or Qwen
@@ -27,7 +27,7 @@ from qkv_cli.models.formats.gguf.mapping import config_dict
 
 pytestmark = pytest.mark.reference
 LENGTHS = (1, 7, 19)
-# case -> (tests/support/decoders.py case, F16 weights, write rope.freq_base); GPTNeoXModel writes no rope.freq_base, which
+# case -> (support/decoders.py case, F16 weights, write rope.freq_base); GPTNeoXModel writes no rope.freq_base, which
 # llama.cpp then reads as 10000: the case with rotary_emb_base 200 adds the key (llama.cpp reads it for every
 # architecture), the sequential one (base 10000) is the converter's output exactly
 CASES = {

@@ -1,4 +1,4 @@
-"""A gpt-oss GGUF file with MXFP4 experts (tests/support/gguf_convert_oss.py, written from llama.cpp's GptOssModel) against
+"""A gpt-oss GGUF file with MXFP4 experts (support/gguf_convert_oss.py, written from llama.cpp's GptOssModel) against
 transformers on the weights the file holds: every layer's attention within 1e-5 (float32) and 1e-10 (float64), the
 sinks' share of each row, the hidden state, the logits and greedy generation."""
 

@@ -1,5 +1,5 @@
 """llama.cpp's `llama4` GGUF files against transformers on the same weights: tiny Llama 4 text models written by
-tests/support/gguf_convert_llama4.py, which follows llama.cpp's Llama4Model (no q/k rows permuted, gate_up_proj split into
+support/gguf_convert_llama4.py, which follows llama.cpp's Llama4Model (no q/k rows permuted, gate_up_proj split into
 ffn_gate_exps and ffn_up_exps, down_proj transposed), built with what such a file can say (llama.cpp's chunk of 8192,
 floor_scale 8192, attn_scale 0.1, NoPE every 4th layer). qkv reads the file; every layer's attention equals
 transformers' eager attention within 1e-5 in float32 (1e-10 in float64), the routers choose the same experts, and

@@ -1,4 +1,4 @@
-"""llama.cpp's `phi3` GGUF files against transformers on the same weights: tiny Phi-3 models of tests/support/decoders.py
+"""llama.cpp's `phi3` GGUF files against transformers on the same weights: tiny Phi-3 models of support/decoders.py
 (a window of 5; LongRoPE over 3/4 of each head with original_max_position_embeddings 8; as Phi-4-mini, LongRoPE
 and a tied output head) written by tests/support/gguf_convert_phi3.py, which follows llama.cpp's Phi3MiniModel (attn_qkv
 and ffn_up fused as they are, rope_factors_short / rope_factors_long, rope.scaling.attn_factor). qkv reads the file;
@@ -32,7 +32,7 @@ from qkv_cli.models import load_model
 from qkv_cli.models.formats.gguf.reader import read_gguf
 
 pytestmark = pytest.mark.reference
-# case -> (tests/support/decoders.py case, attn_q/attn_k/attn_v apart, text lengths: within and beyond the original context)
+# case -> (support/decoders.py case, attn_q/attn_k/attn_v apart, text lengths: within and beyond the original context)
 CASES = {
     "phi3": ("phi3", False, (1, 7, 19)),  # window 5, plain RoPE
     "phi3-longrope": ("phi3-longrope", False, (5, 8, 9, 19)),  # original 8

@@ -241,7 +241,10 @@ def test_qkv_models_describes_store_models_from_their_gguf_header(stores, tiny_g
     ollama_manifest(stores[0], "broken", "latest", b"{")
     rows = {r["name"]: r for r in find_models() if r["source"] in ("ollama", "lmstudio")}
     assert set(rows) == {"ollama:tiny:latest", "lmstudio:pub/tiny-GGUF", "ollama:broken:latest"}
-    for name in ("ollama:tiny:latest", "lmstudio:pub/tiny-GGUF"):  # tests/support/tiny_gguf.py: llama, 2 layers, 2 heads, d 16
+    for name in (
+        "ollama:tiny:latest",
+        "lmstudio:pub/tiny-GGUF",
+    ):  # tests/support/tiny_gguf.py: llama, 2 layers, 2 heads, d 16
         r = rows[name]
         assert (r["family"], r["layers"], r["heads"], r["d"], r["error"]) == ("llama", 2, 2, 16, None)
         assert r["size_bytes"] == len(tiny_gguf)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from qkv_cli.errors import QkvError
+from qkv_cli.models.formats.hf_experts import CORRECTION, NAMES, PROJ, ROLES, SHARED
 from qkv_cli.models.layers.moe import Experts, Moe, MoeLayer
 
 
@@ -45,20 +46,6 @@ class MoeKeys:
     def __post_init__(self):
         if self.names not in NAMES:
             raise QkvError(f"MoE tensor naming {self.names!r} is not one of {', '.join(NAMES)}")
-
-
-# the MoE sub-module, then the router's and each expert's W_gate, W_up, W_down names (Hugging Face); None: the
-# family names its own experts (Llama 4's stacked ones)
-PROJ = ("gate_proj", "up_proj", "down_proj")
-NAMES = {
-    "mixtral": ("block_sparse_moe", "gate", ("w1", "w3", "w2")),
-    "qwen": ("mlp", "gate", PROJ),
-    "deepseek": ("mlp", "gate", PROJ),
-    "llama4": ("feed_forward", "router", None),
-}
-SHARED = {"deepseek": "shared_experts", "llama4": "shared_expert"}  # the shared expert(s)' sub-module (PROJ names)
-CORRECTION = "e_score_correction_bias"  # the router's correction bias, beside its weight
-ROLES = ("gate", "up", "down")  # an expert's matrices, in NAMES' order
 
 
 def _first(keys, choices: tuple, kind: str = "int"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.encdec_model import EncDecModel as make_model  # noqa: F401  (models.load builds it)
 from qkv_cli.models.families.encdec.config import Seq2SeqOptions
 from qkv_cli.models.formats.config import Param
 from qkv_cli.models.layers import encdec as BASE

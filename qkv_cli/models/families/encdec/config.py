@@ -19,3 +19,5 @@ class Seq2SeqOptions:
     scale_head: bool = False  # T5 v1.0: X d^-0.5 before the tied head
     embed_scale: float = 1.0  # Marian / scale_embedding: sqrt(d)
     learned_positions: bool = True  # BART: a learned table at offset 2; Marian: sinusoids
+    dec_d_k: int = 0  # the decoder's d_k (T5: d_kv, as the encoder's); 0: d / dec_heads (BART, Marian)
+    scaled: bool = True  # scores divided by sqrt(d_k); T5 adds its position bias instead

@@ -8,7 +8,7 @@ sinusoidal positions and embeddings scaled by sqrt(d).
 from __future__ import annotations
 
 from qkv_cli.models.families.encdec import bart
-from qkv_cli.models.families.encdec.bart import BASE, PREFIXES, make_model, tensor_shapes  # noqa: F401  (the family's parts, re-exported)
+from qkv_cli.models.families.encdec.bart import BASE, PREFIXES, tensor_shapes  # noqa: F401  (the family's parts, re-exported)
 from qkv_cli.models.layers.encdec import sinusoids
 
 MODEL_TYPE = "marian"

@@ -7,7 +7,6 @@ from qkv_cli.models.families.encdec.t5 import (  # noqa: F401  (the family's par
     BASE,
     HEAD,
     PREFIXES,
-    make_model,
     parameter_table,
     prepare,
     read_config,

@@ -9,7 +9,6 @@ logits = (X d^-0.5) E^T                   when the head is tied to the embedding
 from __future__ import annotations
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.encdec_model import EncDecModel as make_model  # noqa: F401  (models.load builds it)
 from qkv_cli.models.families.encdec.config import Seq2SeqOptions
 from qkv_cli.models.formats.config import Param
 from qkv_cli.models.layers import encdec as BASE
@@ -49,7 +48,8 @@ def read_config(keys) -> dict:
         "seq2seq": Seq2SeqOptions(dec_layers=keys.int("num_decoder_layers", layers), dec_heads=heads, gated=gated,
                                   buckets=buckets, max_distance=distance, start=keys.int("decoder_start_token_id", 0),
                                   dec_positions=positions, dec_positions_key="n_positions",
-                                  scale_head=bool(keys.raw.get("scale_decoder_outputs", tied))),
+                                  scale_head=bool(keys.raw.get("scale_decoder_outputs", tied)),
+                                  dec_d_k=keys.int("d_kv"), scaled=False),
     }  # fmt: skip
 
 

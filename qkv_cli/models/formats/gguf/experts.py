@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.families.decoder.moe import NAMES
+from qkv_cli.models.formats.hf_experts import NAMES
 from qkv_cli.models.formats.safetensors import Tensor
 
 NAMING = {
@@ -19,7 +19,7 @@ NAMING = {
     "olmoe": "qwen",
     "deepseek_v3": "deepseek",
     "deepseek_v2": "deepseek",
-}  # model_type -> moe_config.NAMES
+}  # model_type -> formats.hf_experts.NAMES
 STACKS = {"ffn_gate_exps": 0, "ffn_up_exps": 1, "ffn_down_exps": 2}  # -> the position in NAMES' expert names
 
 
