@@ -4,8 +4,16 @@
                        \\-------------------------------------> core
     (api, the Python API, is what the CLI is a client of; cli may also reach the parts below it directly)
 
-Also: no import cycle between modules, no module over 300 lines, no typer, click, rich or matplotlib below views,
-and core imports nothing but NumPy and the standard library. Run it alone: python -m pytest tests/test_architecture.py
+Inside models/ and views/, the sub-packages have one way down too (a module may import its own sub-package and those
+before it; the modules at the package's root may import every sub-package); imports made for type hints only
+(under `if TYPE_CHECKING:`) do not count there:
+
+    models:  quants/ <- formats/ <- layers/ <- families/ <- the root (model, load, catalog, cache, select)
+    views:   export/ <- console/ <- figures/ <- page/ <- the root (one module per kind of result, run.py)
+
+Also: no import cycle between modules, no module over 300 lines, no folder of more than 20 modules, no typer,
+click, rich or matplotlib below views, and core imports nothing but NumPy and the standard library. Run it alone:
+python -m pytest tests/test_architecture.py
 """
 
 from __future__ import annotations
@@ -38,6 +46,11 @@ THIRD_PARTY = {  # part -> third-party packages it may import
     "cli": {"typer", "click", "shellingham"},  # shellingham: the shell detection typer itself uses
 }
 MAX_LINES = 300
+MAX_MODULES = 20  # per folder, its __init__.py aside
+SUBROOMS = {  # a part's sub-packages, lowest first; "" is the part's own root modules (above them all)
+    "models": ("quants", "formats", "layers", "families", ""),
+    "views": ("export", "console", "figures", "page", ""),
+}
 
 
 def module_name(path: Path) -> str:
@@ -74,6 +87,25 @@ def imports(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+def type_only_lines(path: Path) -> set[int]:
+    """The lines inside `if TYPE_CHECKING:` blocks (imports for type hints, never run)."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            lines |= {n.lineno for child in node.body for n in ast.walk(child) if hasattr(n, "lineno")}
+    return lines
+
+
+def subroom_of(name: str) -> tuple[str, str] | None:
+    """(part, sub-package) of a module of models/ or views/ ("" for the part's root modules), else None."""
+    pieces = name.split(".")
+    if len(pieces) < 2 or pieces[1] not in SUBROOMS:
+        return None
+    is_package = (PACKAGE.parent / Path(*pieces) / "__init__.py").is_file()
+    inner = pieces[2:] if is_package else pieces[2:-1]
+    return pieces[1], inner[0] if inner else ""
+
+
 def internal_edges() -> dict[str, set[str]]:
     """module -> the qkv_cli modules it imports (a `from pkg import name` counts if name is a module)."""
     known = modules()
@@ -96,6 +128,37 @@ def test_every_part_imports_only_what_its_arrows_allow():
             elif part != "shared" and top not in sys.stdlib_module_names and top not in THIRD_PARTY[part]:
                 bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({part}) imports {top}")
     assert not bad, "\n".join(bad)
+
+
+def test_sub_packages_of_models_and_views_import_only_downwards():
+    known, bad = modules(), []
+    for name, path in known.items():
+        here = subroom_of(name)
+        if here is None:
+            continue
+        order = SUBROOMS[here[0]]
+        skip = type_only_lines(path)
+        for target, line in imports(path):
+            there = subroom_of(target) if target in known else None
+            if line in skip or there is None or there[0] != here[0] or here[1] == "":
+                continue
+            if order.index(there[1]) > order.index(here[1]):
+                room = lambda r: f"{r[0]}/{r[1]}" if r[1] else f"{r[0]}/ (root)"  # noqa: E731
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line} ({room(here)}) imports {target} ({room(there)})")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_sub_room_is_listed():
+    """A new sub-package of models/ or views/ gets a place in SUBROOMS (and so an order)."""
+    for part, order in SUBROOMS.items():
+        found = {p.parent.name for p in (PACKAGE / part).glob("*/__init__.py")}
+        assert found == set(order) - {""}, (part, sorted(found))
+
+
+@pytest.mark.parametrize("folder", sorted({p.parent for p in PACKAGE.rglob("*.py")}), ids=str)
+def test_no_folder_over_20_modules(folder):
+    count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+    assert count <= MAX_MODULES, f"{folder} holds {count} modules (at most {MAX_MODULES}): split it by concern"
 
 
 def test_no_ui_library_below_views():

@@ -55,8 +55,8 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     token's probability, the alternatives, and the earlier tokens it attended to."""
     from qkv_cli.api.commands import execute
     from qkv_cli.pipeline.compute import load_model
-    from qkv_cli.views.generate import emit
     from qkv_cli.views.export.writing import check_output_path
+    from qkv_cli.views.generate import emit
 
     if model is None:
         raise QkvError("qkv generate needs --model: a decoder checkpoint (see qkv models)")

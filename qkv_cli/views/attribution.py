@@ -15,23 +15,8 @@ import numpy as np
 
 from qkv_cli.core.result import Result
 from qkv_cli.views.console import clean
-
-FORMULAS = {
-    "rollout": "rollout (Abnar & Zuidema 2020) through layers 0..{layer}: A_l = 0.5 {fusion}_h(alpha_l) + 0.5 I, "
-    "rows renormalised, R = A_{layer} ... A_0",
-    "value-norm": "value-norm (Kobayashi et al. 2020), layer {layer}: ||sum_h alpha^h_ij f^h(x_j)|| with "
-    "f^h(x) = (x W^h_v + b^h_v) W^h_o",
-    "value-zeroing": "value-zeroing (Mohebbi et al. 2023), layer {layer}: 1 - cos(y_i, y_i with v_j = 0 in every "
-    "head), rows normalised to sum to 1",
-}
-
-
-def layer_of(r: Result) -> int:
-    return 0 if r.model is None else r.model.layer
-
-
-def describe(r: Result) -> str:
-    return FORMULAS[r.method].format(layer=layer_of(r), fusion=r.head_fusion or "mean")
+from qkv_cli.views.console.describe import attributed_layer as layer_of
+from qkv_cli.views.console.describe import attribution_formula as describe
 
 
 def row_shares(matrix) -> np.ndarray:  # [..., m, n] -> the same with each row summing to 1 (zeros stay zeros)

@@ -83,3 +83,21 @@ def ablation_line(rep: dict) -> str:
 
 def _span(rows) -> str:  # the kept query positions, consecutive: "8..10"
     return f"{int(rows[0])}..{int(rows[-1])}"
+
+
+FORMULAS = {
+    "rollout": "rollout (Abnar & Zuidema 2020) through layers 0..{layer}: A_l = 0.5 {fusion}_h(alpha_l) + 0.5 I, "
+    "rows renormalised, R = A_{layer} ... A_0",
+    "value-norm": "value-norm (Kobayashi et al. 2020), layer {layer}: ||sum_h alpha^h_ij f^h(x_j)|| with "
+    "f^h(x) = (x W^h_v + b^h_v) W^h_o",
+    "value-zeroing": "value-zeroing (Mohebbi et al. 2023), layer {layer}: 1 - cos(y_i, y_i with v_j = 0 in every "
+    "head), rows normalised to sum to 1",
+}
+
+
+def attributed_layer(r: Result) -> int:  # the layer an ATTRIBUTION Result attributes
+    return 0 if r.model is None else r.model.layer
+
+
+def attribution_formula(r: Result) -> str:  # what an ATTRIBUTION Result holds, as its formula
+    return FORMULAS[r.method].format(layer=attributed_layer(r), fusion=r.head_fusion or "mean")

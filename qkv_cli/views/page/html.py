@@ -134,7 +134,8 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
 
 def attribution_page(r: Result) -> dict:
     """The attributed layer's raw weights (and scores), and the attribution as one more, labelled, "head"."""
-    from qkv_cli.views.attribution import describe, layer_of
+    from qkv_cli.views.console.describe import attributed_layer as layer_of
+    from qkv_cli.views.console.describe import attribution_formula as describe
 
     name = str(r.model.layer) if r.model is not None else ""
     meta = _one_layer_meta(r, name)
