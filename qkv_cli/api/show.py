@@ -87,7 +87,7 @@ def _is_result(x) -> bool:  # an api.results.Output (not imported here: results 
 
 
 def figure(result: Result, heads: list[int], layer: int | None, scale: str, look: FigureStyle) -> Figure:
-    """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.style
+    """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.figures.style
     FigureStyle): what ``heatmap`` returns and ``qkv heatmap`` saves."""
     from qkv_cli.views.figures.style import styled
     from qkv_cli.views.run import heatmap_figure

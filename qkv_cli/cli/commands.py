@@ -86,7 +86,7 @@ def sample(name: str | None = None) -> str:
 
 
 def noted(result):
-    """The result, after one line on stderr saying what --chat's template added (views.chat)."""
+    """The result, after one line on stderr saying what --chat's template added (views.console.chat)."""
     from qkv_cli.views.console.chat import note
 
     note(result)
@@ -132,7 +132,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     emit(noted(execute(req, model).result), names, heads, precision, format.value, save_npz)
 
 
-ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.SCALES (a test checks)
+ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.heatmaps.SCALES (a test checks)
 ColorScaleOpt = Annotated[
     ColorScale,
     typer.Option("--color-scale", help="Colour scale of the weights: linear, sqrt (power 0.5) or log (from 1e-4): "

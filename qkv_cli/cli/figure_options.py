@@ -33,7 +33,7 @@ AnnotateOpt = Annotated[
 
 
 def figure_style(title, subtitle, no_subtitle: bool, dpi: int, cmap, annotate: bool):
-    """The options as one checked views.style.FigureStyle."""
+    """The options as one checked views.figures.style.FigureStyle."""
     from qkv_cli.errors import QkvError
     from qkv_cli.views.figures.style import FigureStyle
 

@@ -247,7 +247,7 @@ HEAD_COLUMNS = (
     "previous_token",
     "duplicate_token",
     "induction",
-)  # views.heads' keys
+)  # views.console.heads' keys
 HeadSort = choices("HeadSort", HEAD_COLUMNS)
 HeadSortOpt = Annotated[
     HeadSort | None,

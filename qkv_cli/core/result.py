@@ -143,7 +143,7 @@ class LayerResult(Projections):
     rope_freq: np.ndarray | None = None  # (rot/2,) theta_k at this text's length: pair k turns by p * theta_k
     rope_scaling: float = 1.0  # multiplies cos and sin (YaRN)
     qk_norm: dict | None = None  # {"q", "k": norm weights, "eps", "offset", "per_head"}: RMSNorm of Q and K
-    latent: dict | None = None  # multi-head latent attention's matrices and widths (models.mla.LatentWeights.steps)
+    latent: dict | None = None  # multi-head latent attention's matrices and widths (layers.mla.LatentWeights.steps)
     after_rope: dict | None = None  # Llama 4: {"l2_eps"} (Q, K L2-normed after RoPE) or {"temperature": (m,)}
     sink_logits: np.ndarray | None = None  # (tau,) head j's sink logit s_j (gpt-oss; None without sinks)
     sinks: np.ndarray | None = None  # (tau, m): the sink's share of each row, 1 - row sum

@@ -5,7 +5,7 @@ query row against them -- O(n) per step instead of recomputing the whole O(n^2) 
              alpha_t = Softmax(q_t K_l^T * scale + Mask_t)   (causal; the window on sliding layers)
 
 The cache holds K after RoPE (what the scores use), (G, n, d_k) per layer: 2 L G d_k numbers per token. With
-multi-head latent attention (models.mla) it holds each token's latent and RoPE key: L (r_kv + d_rope) numbers.
+multi-head latent attention (models.layers.mla) it holds each token's latent and RoPE key: L (r_kv + d_rope) numbers.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
                                               cross-attention (m x n: Q from X, K and V from Y)
     logits = X E^T * head_scale + bias
 
-The families (models.t5, bart, marian) only prepare the weights (models.encdec.Params); the passes are here.
+The families (families.encdec.t5, bart, marian) only prepare the weights (layers.encdec.Params); the passes are here.
 """
 
 from __future__ import annotations

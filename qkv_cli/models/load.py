@@ -77,7 +77,7 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
         tensors["__head__"] = stored[head]
     weights = Tensors(tensors, np.dtype(dtype), name)
     itemsize = np.dtype(dtype).itemsize
-    if getattr(family, "STREAMED", False):  # read layer by layer as the pass reaches it (models.stream)
+    if getattr(family, "STREAMED", False):  # read layer by layer as the pass reaches it (models.formats.stream)
         params = family.prepare(weights, config, np.dtype(dtype))
         model = Model(config, path, dtype, params, name=name, tokenizer=tokenizer)
         model.fixed_bytes = weights.nbytes(itemsize, family.fixed_keys(config))

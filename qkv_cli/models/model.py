@@ -2,7 +2,7 @@
 
     x_0 = embed(ids);  for each layer l: x_{l+1}, attended_l = block(l, x_l, Mask_l);  last = final(x_L)
 
-The family module (models.registry) supplies embed, block, final and each layer's mask; everything else here is
+The family module (models.families.registry) supplies embed, block, final and each layer's mask; everything else here is
 shared. The forward returns a core.result.Result of kind MODEL whose `layers` hold a LAYER Result for each
 layer asked for (its Q, K, V, scores, mask, weights ... as the export schema names them).
 """
@@ -77,7 +77,7 @@ class Model:
 
     @property
     def weights_bytes(self) -> int:
-        """What the weights hold at most during a pass: all of them, or for a streamed model (models.stream) the
+        """What the weights hold at most during a pass: all of them, or for a streamed model (models.formats.stream) the
         resident layers, the two being read and the head as the budget keeps it."""
         from qkv_cli.models.formats.stream import held_bytes, streamed
 
@@ -198,7 +198,7 @@ class Model:
         attentions = np.zeros((len(kept), tau_kept, r1 - r0, m), dtype=dt)  # each kept layer's kernel writes its slot
         slot = {l: i for i, l in enumerate(kept)}
         hidden[0] = x
-        details, routing = {}, {}  # routing: a MoE layer's chosen experts (models.moe.Routing)
+        details, routing = {}, {}  # routing: a MoE layer's chosen experts (models.layers.moe.Routing)
         for l, mask in enumerate(layer_masks(fam, c, m, m, dt)):
             if l in slot:
                 into, at = (attentions[slot[l]] if chosen is None else None), span

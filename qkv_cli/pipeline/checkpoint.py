@@ -31,7 +31,7 @@ def chosen_layers(model, layers, all_layers: bool) -> list[int]:
 
 
 def check_memory(model, activations: int, limit: int, hints: str, what: str = "this run", given=()) -> None:
-    """Refuse a run whose weights and activations exceed the budget. A streamed model (models.stream) first lets
+    """Refuse a run whose weights and activations exceed the budget. A streamed model (models.formats.stream) first lets
     as many layers stay resident as the budget holds beside the activations, then counts what its weights hold at
     most: the resident layers, the two being read and the head."""
     model.fit_weights(limit - activations)

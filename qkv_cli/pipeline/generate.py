@@ -36,7 +36,7 @@ def generate(model, prompt, max_new: int = 32, temperature: float = 0.0, top_k: 
 
     on_token(ids): called with the ids written so far after each token is chosen. progress(t, max_new, seconds):
     called after each written token t (0-based) with the time since the prompt was read. A streamed model
-    (models.stream) whose layers do not all fit reads the others again every step."""
+    (models.formats.stream) whose layers do not all fit reads the others again every step."""
     from time import perf_counter
 
     from qkv_cli.models.cache import KVCache, bytes_needed, stale_at, step

@@ -1,4 +1,4 @@
-"""`qkv shapes --model` on multi-head latent attention (DeepSeek-V3, models.mla): the matrices of one layer, the
+"""`qkv shapes --model` on multi-head latent attention (DeepSeek-V3, models.layers.mla): the matrices of one layer, the
 latent, and what caching the latent saves against caching every head's K and V.
 
     c^Q = N_q(H W^DQ)   Q_j = [c^Q W_j^UQ, RoPE on its last d_rope]      (m, d_nope + d_rope)

@@ -21,8 +21,8 @@ class Shapes:
     dtype: str
     kv_heads: int | None
     mats: list[Matrix]
-    model: object = None  # models.config.ModelConfig
-    params: list = field(default_factory=list)  # models.config.Param, for a checkpoint
+    model: object = None  # models.formats.config.ModelConfig
+    params: list = field(default_factory=list)  # models.formats.config.Param, for a checkpoint
     file_params: int = 0  # parameters stored in the checkpoint's files (counted from their headers)
 
 

@@ -123,7 +123,7 @@ def heatmap_figure(run, heads, layer_given: bool, scale: str = "linear"):
 
 
 def emit_models(rows: list[dict], fmt: str) -> None:
-    """`qkv models`: rows of models.find.find_models, as a table or JSON."""
+    """`qkv models`: rows of models.formats.find.find_models, as a table or JSON."""
     from rich import box
     from rich.table import Table
     from rich.text import Text

@@ -40,5 +40,5 @@ def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
 def heatmap_figure(result: Result, heads, layer: int | None = None, scale: str = "linear"):
     """The heatmap of a result as a matplotlib Figure, nothing written (``qkv heatmap`` saves it, the Python API
     returns it). layer: the --layer given (a checkpoint's heads of that layer; a generation ranked in it), or None;
-    scale: the colour scale (views.figures.SCALES)."""
+    scale: the colour scale (views.figures.heatmaps.SCALES)."""
     return FIGURES[result.kind](result, heads, layer, scale)

@@ -1,5 +1,5 @@
 """The console script leaves with os._exit after flushing (qkv_cli.__main__._leave), and heatmaps import matplotlib
-without its set() docstrings (views.figures._no_setter_docs): nothing a user gets may change."""
+without its set() docstrings (views.figures.heatmaps._no_setter_docs): nothing a user gets may change."""
 
 import json
 import shutil

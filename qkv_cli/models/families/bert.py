@@ -113,7 +113,7 @@ class Params:
 def prepare(w, c: ModelConfig, dtype) -> Params:
     """Checkpoint tensors (prefix stripped) -> Params in `dtype`; Linear weights stay (out, in), Q|K|V stacked."""
 
-    v = w  # w(name): the tensor, cast to dtype (models.weights.Tensors)
+    v = w  # w(name): the tensor, cast to dtype (models.formats.safetensors.Tensors)
 
     def dense(name):
         return Linear(v(name + ".weight"), v(name + ".bias"), out_in=True)

@@ -1,13 +1,13 @@
 """DeepSeek-V3 (and the same layers in DeepSeek-V2's files): Llama's block with multi-head latent attention
-(models.mla) and, after the first `first_k_dense_replace` layers, a mixture of experts with shared experts.
+(models.layers.mla) and, after the first `first_k_dense_replace` layers, a mixture of experts with shared experts.
 
     Att: MLA: queries through the latent c^Q (q_lora_rank), keys and values decompressed from the latent c^KV
          (kv_lora_rank), a RoPE key of qk_rope_head_dim shared by every head; q . k over qk_nope + qk_rope
          dimensions, values of v_head_dim; scale (qk_nope + qk_rope)^-1/2, times mscale^2 under YaRN
          (rope_scaling's mscale_all_dim)
     MLP: W_down (silu(W_gate x) * W_up x) on the first first_k_dense_replace layers, DeepSeekMoE after them:
-         the shared decoder's mixture of experts (models.moe) with a sigmoid router whose correction bias steers
-         the group-limited choice, weights times routed_scaling_factor, and shared experts (models.moe_config)
+         the shared decoder's mixture of experts (models.layers.moe) with a sigmoid router whose correction bias steers
+         the group-limited choice, weights times routed_scaling_factor, and shared experts (models.families.decoder.moe)
 
 config.json's `head_dim` is qk_rope_head_dim (the width RoPE turns), as transformers' DeepseekV3Config sets it.
 """
@@ -38,7 +38,7 @@ def read_config(keys) -> dict:
 
 
 def read(keys, interleaved, moe: MoeKeys) -> dict:
-    """The ModelConfig fields: the shared decoder's, with MLA's widths (models.mla.Latent) and its scale, and the
+    """The ModelConfig fields: the shared decoder's, with MLA's widths (models.layers.mla.Latent) and its scale, and the
     MoE layers' options as `moe` names them."""
     from qkv_cli.models.layers.mla import Latent
 

@@ -100,7 +100,7 @@ class Params:
 def prepare(w, c: ModelConfig, dtype) -> Params:
     """Checkpoint tensors (prefix stripped) -> Params in `dtype` (Conv1D weights are already x @ W)."""
 
-    v = w  # w(name): the tensor, cast to dtype (models.weights.Tensors)
+    v = w  # w(name): the tensor, cast to dtype (models.formats.safetensors.Tensors)
 
     def conv1d(name):
         return Linear(v(name + ".weight"), v(name + ".bias"), out_in=False)

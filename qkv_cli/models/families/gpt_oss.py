@@ -4,7 +4,7 @@
                 logit s_j takes a share of every row, so a row sums to 1 - share; biases on W^q, W^k, W^v, W^o
     layers      sliding (window n_c = sliding_window, 128) and full attention alternating, as `layer_types` says
     RoPE        YaRN (rope_parameters, `truncate` false in the released models)
-    MLP         z = x W_r^T + b_r; the top-k logits, g = Softmax over those k (models.moe's topk_softmax);
+    MLP         z = x W_r^T + b_r; the top-k logits, g = Softmax over those k (models.layers.moe's topk_softmax);
                 MoE(x) = sum_j g_j FFN_e_j(x) with the clamped SwiGLU expert
                 FFN_e(x) = ((clip(u, -limit, limit) + 1) * glu) W_down[e] + b_down[e],
                 glu = min(g, limit) * sigmoid(alpha min(g, limit)),  [g | u] = x W_gate_up[e] + b_gate_up[e]
@@ -118,7 +118,7 @@ def parameter_table(c: ModelConfig) -> list[Param]:
 
 
 def prepare(w, c: ModelConfig, dtype) -> decoder.Params:
-    """As the shared decoder: each layer's block built on first use (models.stream), experts included."""
+    """As the shared decoder: each layer's block built on first use (models.formats.stream), experts included."""
     return decoder.prepare(w, c, dtype, tensor_names(c), prepare_block)
 
 

@@ -5,7 +5,7 @@
     NoPE layers (0; every 4th by default): no rotation, causal over every earlier key, and the query at position p
         times log(floor((p + 1) / floor_scale) + 1) attn_scale + 1 (`attn_temperature_tuning`)
     MLP: the dense layers' SwiGLU is `intermediate_size_mlp` wide, under `feed_forward` in the checkpoint; the
-        `moe_layers` (every `interleave_moe_layer_step`-th) a mixture of experts (models.moe, router topk_sigmoid):
+        `moe_layers` (every `interleave_moe_layer_step`-th) a mixture of experts (layers.moe, router topk_sigmoid):
         z = x W_r^T, the k largest (num_experts_per_tok), g = sigmoid of those, and
         MoE(x) = sum_j FFN_top_j(g_j x) + FFN_shared(x)     every expert and the shared one `intermediate_size` wide
         (the experts stored stacked: gate_up_proj [E, d, 2 d_e], down_proj [E, d_e, d])
@@ -138,7 +138,7 @@ def prepare(w, c, dtype):
 
 def prepare_block(w, c, names: dict, l: int):
     """Layer l as the shared decoder builds it (a MoE layer's router and shared expert: moe_config.weights), with
-    the routed experts as views of the stacked tensors, in models.moe.Experts' [E, out, in] order."""
+    the routed experts as views of the stacked tensors, in models.layers.moe.Experts' [E, out, in] order."""
     return decoder.prepare_block(w, c, names, l, experts=partial(stacked_experts, c))
 
 

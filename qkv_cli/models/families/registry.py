@@ -16,7 +16,7 @@ A family module provides (see bert.py for the simplest, decoder.py for the share
     logits(p, c, h)                 next-token scores from the final hidden state, or None (an encoder)
     ATTENTION_INPUT                 what H is for the attention of a layer, in words
   optional:
-    STREAMED, fixed_keys(c)         prepare builds models.stream.Layers (each layer read when the pass reaches it);
+    STREAMED, fixed_keys(c)         prepare builds formats.stream.Layers (each layer read when the pass reaches it);
                                     fixed_keys: the tensors read at load and always held (the final norm)
 """
 
@@ -42,15 +42,15 @@ FAMILIES = {
     "smollm3": "qkv_cli.models.families.smollm3",
     "phi3": "qkv_cli.models.families.phi3",
     "gpt_oss": "qkv_cli.models.families.gpt_oss",
-    "mixtral": "qkv_cli.models.families.mixtral",  # mixtures of experts (models.moe)
+    "mixtral": "qkv_cli.models.families.mixtral",  # mixtures of experts (models.layers.moe)
     "qwen3_moe": "qkv_cli.models.families.qwen3_moe",
     "olmoe": "qkv_cli.models.families.olmoe",
     "deepseek_v3": "qkv_cli.models.families.deepseek_v3",
     "deepseek_v2": "qkv_cli.models.families.deepseek_v2",
     "llama4_text": "qkv_cli.models.families.llama4",
-    "t5": "qkv_cli.models.families.encdec.t5",  # encoder-decoders (models.encdec)
-    "mt5": "qkv_cli.models.families.encdec.mt5",
-    "umt5": "qkv_cli.models.families.encdec.umt5",
+    "t5": "qkv_cli.models.families.encdec.t5",  # encoder-decoders (models.layers.encdec)
+    "mt5": "qkv_cli.models.families.encdec.t5",  # T5 v1.1 on a multilingual vocabulary: T5's layers and keys
+    "umt5": "qkv_cli.models.families.encdec.t5",  # a relative position bias per layer (t5 reads it by model_type)
     "bart": "qkv_cli.models.families.encdec.bart",
     "marian": "qkv_cli.models.families.encdec.marian",
 }
@@ -84,7 +84,8 @@ class Family:
     """A family module with what it does not define taken from its BASE module (the shared RoPE decoder), resolved
     once: `inherited` names what came from BASE; anything outside PROTOCOL is the module's own attribute."""
 
-    def __init__(self, module):
+    def __init__(self, module, model_type: str | None = None):
+        """model_type: the registry's key, where one module serves several (mT5 and UMT5 are read by t5's)."""
         self.module = module
         base = getattr(module, "BASE", None)
         self.inherited = tuple(n for n in PROTOCOL if not hasattr(module, n) and hasattr(base, n))
@@ -92,6 +93,8 @@ class Family:
             source = base if name in self.inherited else module
             if hasattr(source, name):
                 setattr(self, name, getattr(source, name))
+        if model_type is not None:
+            self.MODEL_TYPE = model_type
 
     def __getattr__(self, name):  # only for names outside PROTOCOL (a family's own extras)
         if name != "module" and hasattr(self.module, name):
@@ -99,7 +102,7 @@ class Family:
         raise AttributeError(f"model family {self.module.__name__} has no {name!r}")
 
     def __repr__(self) -> str:
-        return f"Family({self.module.MODEL_TYPE!r})"
+        return f"Family({self.MODEL_TYPE!r})"
 
     @property
     def is_encoder_decoder(self) -> bool:
@@ -116,7 +119,7 @@ def family_for(model_type, where: str = "config.json"):
     if not isinstance(model_type, str) or model_type not in FAMILIES:
         shown = model_type if isinstance(model_type, str) else type(model_type).__name__
         raise QkvError(f"{where}: model_type {shown!r} is not supported: supported are {known}")
-    return Family(importlib.import_module(FAMILIES[model_type]))
+    return Family(importlib.import_module(FAMILIES[model_type]), model_type)
 
 
 def encoder_decoders() -> set[str]:

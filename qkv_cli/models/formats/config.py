@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from qkv_cli.errors import QkvError
 
-if TYPE_CHECKING:  # models.options imports NumPy (through RoPE); a config needs its types only
+if TYPE_CHECKING:  # models.layers.options imports NumPy (through RoPE); a config needs its types only
     from qkv_cli.models.families.encdec.config import Seq2SeqOptions
     from qkv_cli.models.layers.mla import Latent
     from qkv_cli.models.layers.options import Attention, Embeddings, Mlp, Norms, Positions
@@ -27,7 +27,7 @@ MAX_CONFIG_BYTES = 16 * 2**20
 # what a GGUF file says that config.json has no key for (llama.cpp's rope_freqs, a bias on W^o alone): gguf_map
 # writes it, the config.json reader drops it, so a Hugging Face folder is read as transformers reads it
 GGUF_ONLY = "qkv_gguf_only"
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu")  # models.layers has each
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu")  # models.layers.basic has each
 
 
 def check_limits(where: str, sizes) -> None:
@@ -59,13 +59,13 @@ class ModelConfig:
     type_vocab_size: int = 0  # bert: token-type (segment) embeddings
     scale_attn_weights: bool = True  # gpt2: divide scores by sqrt(d_k)
     scale_by_layer: bool = False  # gpt2: also divide by (layer index + 1)
-    # a RoPE decoder's options, one per concern (models.options; None for BERT and GPT-2)
+    # a RoPE decoder's options, one per concern (models.layers.options; None for BERT and GPT-2)
     attention: Attention | None = None
     rope: Positions | None = None
     mlp: Mlp | None = None
     norms: Norms | None = None
     embeddings: Embeddings | None = None
-    latent: Latent | None = None  # multi-head latent attention's widths (DeepSeek-V3: models.mla)
+    latent: Latent | None = None  # multi-head latent attention's widths (DeepSeek-V3: models.layers.mla)
     seq2seq: Seq2SeqOptions | None = None  # an encoder-decoder's decoder sizes and family options (T5, BART ...)
     eos: tuple[int, ...] = ()  # end-of-sequence token ids (generate stops there)
     name: str = ""

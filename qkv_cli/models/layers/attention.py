@@ -92,7 +92,7 @@ class Attended(NamedTuple):
     weights: np.ndarray  # (tau, m, m)
     heads: np.ndarray  # (tau, m, dk)
     output: np.ndarray  # (m, d) = concat(heads) W^o + b^o
-    routing: object = None  # a MoE layer's models.moe.Routing (top [m, k], weights [m, k]), set by the block
+    routing: object = None  # a MoE layer's models.layers.moe.Routing (top [m, k], weights [m, k]), set by the block
 
 
 def project(H, w: AttentionWeights, hooks: Hooks):  # [m, d] -> Q [tau, m, dk], K [G, m, dk], V [G, m, dk]

@@ -16,7 +16,7 @@ attention with the same heads; K and V are decompressed from it at every step.
 
 DeepSeek's checkpoints lay the RoPE dimensions out as interleaved pairs (x0, x1), (x2, x3) ... (`rope_interleave`):
 qkv reorders those rows of W^UQ and W^DKV once at load into halves [x0, x2, .. | x1, x3, ..], the layout of
-`rotate_half`, so the one RoPE of models.rope turns them (transformers' rotation gives the same layout).
+`rotate_half`, so the one RoPE of models.layers.rope turns them (transformers' rotation gives the same layout).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     Attention   scale, biases of W^q, W^k, W^v and W^o, QK-norm, layer types and window or chunk, soft-capping,
                 the NoPE layers' query temperature
     Positions   the RoPE of each layer type, and the layers without RoPE (NoPE)
-    Mlp         gated or not, biases, parallel residual, a mixture of experts (models.moe.Moe)
+    Mlp         gated or not, biases, parallel residual, a mixture of experts (models.layers.moe.Moe)
     Norms       RMSNorm (offset 1 for Gemma) or LayerNorm, and where the norms sit (the layout)
     Embeddings  tensor naming, the embedding scale, a tied output head, the final soft-cap
 

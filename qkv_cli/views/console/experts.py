@@ -25,7 +25,7 @@ def rows(run, layer: int, precision: int) -> list[list[str]]:
 
 
 def csv_rows(run, layers):
-    """CSV rows (views.export.CSV_HEADER, after the layer): matrix "experts", query i, key the expert, the token,
+    """CSV rows (export.results.CSV_HEADER, after the layer): matrix "experts", query i, key the expert, the token,
     no key token, and the weight g: one row per token and chosen expert."""
     for l in layers:
         for i, label in enumerate(run.labels):

@@ -46,7 +46,7 @@ def rms(x, w, eps, offset):  # [..., n] -> [..., n]: x / sqrt(mean(x^2) + eps) *
 
 def projections(result) -> dict:
     """Every head's Q, K, V by the plain formulas: H W + b, then QK-norm, then RoPE (as far as the model goes)."""
-    if result.latent is not None:  # multi-head latent attention: from the latents (views.trace_mla)
+    if result.latent is not None:  # multi-head latent attention: from the latents (views.console.trace_mla)
         from qkv_cli.views.console.trace_mla import latent_projections
 
         return latent_projections(result)
@@ -109,7 +109,7 @@ def trace(result, head: int = 0) -> Trace:
     group = groups(tau, G)[g]
     shared = f" (shared by query heads {group[0]}..{group[-1]})" if G != tau else ""
     walk = steps_for
-    if result.latent is not None:  # multi-head latent attention: its own steps (views.trace_mla)
+    if result.latent is not None:  # multi-head latent attention: its own steps (views.console.trace_mla)
         from qkv_cli.views.console.trace_mla import latent_steps as walk
     steps = walk(result, head, g, shared, p, outs[head], concat, output)
     return Trace(head=head, kv_head=g, steps=steps, projections=p)

@@ -1,4 +1,4 @@
-"""`qkv explain` on multi-head latent attention (DeepSeek-V3, models.mla): one head's steps, recomputed with the
+"""`qkv explain` on multi-head latent attention (DeepSeek-V3, models.layers.mla): one head's steps, recomputed with the
 plain formulas from H and the layer's matrices, and its score split into what a key says and where it is.
 
     c^Q = N_q(H W^DQ);  Q^[j] = c^Q W_j^UQ                 [c^KV | k^R] = H W^DKV;  c^KV <- N_kv(c^KV)

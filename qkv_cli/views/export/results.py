@@ -1,4 +1,4 @@
-"""NPZ / JSON / CSV views of a Result, by kind. Files go through views.files: written whole or not at all."""
+"""NPZ / JSON / CSV views of a Result, by kind. Files go through views.export.writing: written whole or not at all."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A figure's subtitle in words a slide's reader needs: whose weights, which layer and heads, what the mask lets
-each query see. The settings line (kernel, dtype, scale ...) stays in the file's metadata (views.describe)."""
+each query see. The settings line (kernel, dtype, scale ...) stays in the file's metadata (views.console.describe)."""
 
 from __future__ import annotations
 

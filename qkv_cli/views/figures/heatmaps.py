@@ -97,7 +97,7 @@ def norm(scale: str):
 
 def draw_grid(panels, row_labels, col_labels, title, subtitle="", scale="linear", grid=None, settings=None):
     """panels: (name, weights (m, n), masked (m, n) bool) each; grid: (rows, columns), else near square;
-    settings: the line the file's metadata keeps (default the subtitle). views.style's current style may replace
+    settings: the line the file's metadata keeps (default the subtitle). views.figures.style's current style may replace
     the title and subtitle, and sets the colour map, the dpi and the printed weights (--annotate).
 
     Every panel is an image in one Axes that covers the figure (data coordinates are inches), with its labels as

@@ -44,7 +44,7 @@ def render(cmp: Comparison, head: int | None = None, top: int = 10) -> str:
     )
 
 
-def _figure(cmp: Comparison, head: int | None) -> str:  # -> the figure of views.compare_figure as base64 PNG
+def _figure(cmp: Comparison, head: int | None) -> str:  # -> the figure of views.figures.compare as base64 PNG
     import base64
     import io
 

@@ -1,4 +1,4 @@
-"""Reading a MoE family's config.json (models.moe_config): the options it builds, the tensors it asks for, and
+"""Reading a MoE family's config.json (models.families.decoder.moe): the options it builds, the tensors it asks for, and
 contradictory keys refused in one line, exit 2, before a weight is read (no PyTorch needed)."""
 
 from __future__ import annotations

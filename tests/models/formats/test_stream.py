@@ -1,4 +1,4 @@
-"""The streamed forward (models.stream): layers read as the pass reaches them give the same numbers as layers kept
+"""The streamed forward (formats.stream): layers read as the pass reaches them give the same numbers as layers kept
 resident, the embedding and the head are read by rows, and the budget decides how many layers stay."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The mixture-of-experts MLP (models.moe): each router against hand-worked numbers and against transformers' own
+"""The mixture-of-experts MLP (models.layers.moe): each router against hand-worked numbers and against transformers' own
 router module of its family; the options' checks; the mixture against a dense loop over every token."""
 
 from __future__ import annotations

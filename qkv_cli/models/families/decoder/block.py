@@ -8,12 +8,12 @@ SmolLM3, Phi-3, DeepSeek-V3.
             (GPT-NeoX):         x' = MLP(N_2(x)) + Att(N_1(x)) + x          (parallel residual)
     Att: Q, K, V with G key/value heads [QK-norm] [RoPE] Softmax(Q K^T * scale [soft-capped] + Mask) V, W^o
     MLP: W_down (act(W_gate x) * W_up x) (gated), or W_2 act(W_1 x + b_1) + b_2 (GPT-NeoX),
-         or a mixture of experts (models.moe: Mixtral, Qwen3-MoE, OLMoE, DeepSeek, Llama 4; a shared expert, a
+         or a mixture of experts (models.layers.moe: Mixtral, Qwen3-MoE, OLMoE, DeepSeek, Llama 4; a shared expert, a
          correction bias, dense first layers: options of moe.Moe), its routing kept in the layer's parts
-         (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.mla)
+         (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.layers.mla)
     last: N_f(x_L)
 
-What differs between families is a named, typed option of ModelConfig (models.options: attention, rope, mlp,
+What differs between families is a named, typed option of ModelConfig (models.layers.options: attention, rope, mlp,
 norms, embeddings), read by decoder_config from each family module's Spec; nothing here tests a family's name.
 """
 
@@ -41,7 +41,7 @@ from qkv_cli.models.layers.moe import MoeLayer
 if TYPE_CHECKING:
     from qkv_cli.models.formats.stream import RowMatrix
 
-STREAMED = True  # prepare reads each layer as the pass reaches it (models.stream)
+STREAMED = True  # prepare reads each layer as the pass reaches it (models.formats.stream)
 ATTENTION_INPUT = "the layer input after its first norm (N_1)"  # OLMo 2 says its own (olmo2.py)
 HEAD = "lm_head.weight"  # the output head, outside the model's prefix; absent or tied: E
 
@@ -63,7 +63,7 @@ class Norm:
 
 @dataclass
 class Block:
-    attn: AttentionWeights  # or models.mla.LatentWeights (multi-head latent attention)
+    attn: AttentionWeights  # or models.layers.mla.LatentWeights (multi-head latent attention)
     norms: dict  # "attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm" -> Norm (absent: not used)
     up: Linear | None  # d -> d_ff (None: a MoE layer)
     gate: Linear | None  # d -> d_ff (gated MLP), or None
@@ -74,7 +74,7 @@ class Block:
 @dataclass
 class Params:
     E: RowMatrix  # (V, d) token embeddings, read by rows
-    blocks: Sequence[Block]  # models.stream.Layers: layer l built on first use
+    blocks: Sequence[Block]  # models.formats.stream.Layers: layer l built on first use
     final: Norm
     head: RowMatrix | None  # (V, d) output matrix W_out (tied: E); None: the checkpoint has none
 
@@ -147,7 +147,7 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 def prepare(w, c: ModelConfig, dtype, tensors=None, build=None) -> Params:
-    """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (models.stream:
+    """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (formats.stream:
     read, cast, kept while the budget allows), the embedding and the head read by rows. tensors, build: a family's
     own tensor names (name -> (shape, role)) and block builder (Llama 4's experts)."""
     from qkv_cli.models.formats.stream import Layers, RowMatrix
@@ -190,7 +190,7 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Block
     def linear(role):
         return Linear(get(role + ".w"), get(role + ".b"), out_in=True)
 
-    if c.latent is not None:  # multi-head latent attention (models.mla)
+    if c.latent is not None:  # multi-head latent attention (models.layers.mla)
         attn = mla_names.weights(get, c, l, lambda role: _norm(w, c, names, role))
     elif p + "qkv.w" in names and c.embeddings.names == "phi3":  # Phi-3: one matrix, already [Q | K | V]
         qkv = linear(p + "qkv")

@@ -2,7 +2,7 @@
 older files do (`rope_theta`, `rope_scaling`, `rotary_pct`, `sliding_window_pattern`, `rope_local_base_freq`).
 
 A family module calls `read(keys, SPEC)` with the Spec that makes it what it is; the result is the ModelConfig
-fields, the family's choices as the typed options of models.options (attention, rope, mlp, norms, embeddings).
+fields, the family's choices as the typed options of models.layers.options (attention, rope, mlp, norms, embeddings).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Multi-head latent attention's tensors (Hugging Face's DeepSeek names), its parameter table in the notation, and
-its weights as models.mla uses them.
+its weights as models.layers.mla uses them.
 
 Roles per layer l: "l.q_a" (W^DQ), "l.q_anorm" (N_q), "l.q_b" (W^UQ), "l.q" (W^Q without a query latent),
 "l.kv_a" (W^DKV), "l.kv_anorm" (N_kv), "l.kv_b" (W^UKV), "l.o" (W^O), each with ".w" and (W^DQ, W^DKV, W^O with
@@ -78,7 +78,7 @@ def weights(get, c: ModelConfig, l: int, norm):
 
     q_role = "q" if lt.q_rank is None else "q_b"
     Wq, Wkv_a, b_kv_a = get(r + q_role + ".w"), get(r + "kv_a.w"), get(r + "kv_a.b")
-    if lt.interleaved:  # the RoPE rows as halves (models.mla): each head's last d_rope rows of W^UQ, k^R's of W^DKV
+    if lt.interleaved:  # the RoPE rows as halves (layers.mla): each head's last d_rope rows of W^UQ, k^R's of W^DKV
         Wq = deinterleave(Wq, tau, lt.d_k, lt.d_rope)
         Wkv_a = deinterleave(Wkv_a, 1, lt.kv_rank + lt.d_rope, lt.d_rope)
         if b_kv_a is not None:

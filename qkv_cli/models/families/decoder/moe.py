@@ -1,4 +1,4 @@
-"""A MoE family's config.json keys (its Spec's MoeKeys), read into models.moe.Moe, and its experts' tensor names.
+"""A MoE family's config.json keys (its Spec's MoeKeys), read into models.layers.moe.Moe, and its experts' tensor names.
 
     Mixtral     num_local_experts, num_experts_per_tok; experts as wide as intermediate_size; always renormalised
     Qwen3-MoE   num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob; dense MLP layers are

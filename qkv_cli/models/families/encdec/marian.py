@@ -2,7 +2,7 @@
 sinusoidal positions and embeddings scaled by sqrt(d).
 
     x_0 = E[ids] * sqrt(d) + PE[0..m-1]     PE: sines in the first d/2 columns, cosines in the second (no offset)
-    then as models.bart: post-norm layers, Q K^T / sqrt(d_k), logits = X E^T + final_logits_bias
+    then as models.families.encdec.bart: post-norm layers, Q K^T / sqrt(d_k), logits = X E^T + final_logits_bias
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""T5 (Raffel et al. 2020) and T5 v1.1 / mT5: an encoder-decoder with relative position buckets.
+"""T5 (Raffel et al. 2020), T5 v1.1, mT5 and UMT5: an encoder-decoder with relative position buckets.
 
-scores = Q K^T + b[bucket(t - i)]        no 1/sqrt(d_k); one learned bias table per stack, layer 0's, shared
+scores = Q K^T + b[bucket(t - i)]        no 1/sqrt(d_k); one bias table per stack, shared (UMT5: one per layer)
 x <- x + Attention(RMSNorm(x))            pre-norm; RMSNorm without mean and without shift
 x <- x + W_o relu(W_i x)                  v1.1 (feed_forward_proj: gated-gelu): W_o (gelu(W_i0 x) * W_i1 x)
 logits = (X d^-0.5) E^T                   when the head is tied to the embeddings (v1.0)

@@ -6,7 +6,7 @@ What the converter changed is undone here: it writes multi-head latent attention
 kv_b_proj into attn_k_b (per head W^UK transposed, (tau, r_kv, d_nope)) and attn_v_b ((tau, d_v, r_kv)), or keeps
 attn_kv_b (older files); it stacks each MoE layer's experts into ffn_{gate,up,down}_exps (E, ...) and names the
 router's correction bias exp_probs_b. It permutes no RoPE rows: llama.cpp turns DeepSeek's interleaved pairs as they
-are. The experts are read each alone from their stack, and the router as ffn_gate_inp (models.gguf_experts).
+are. The experts are read each alone from their stack, and the router as ffn_gate_inp (models.formats.gguf.experts).
 The router: expert_gating_func 2 (sigmoid) is DeepSeek-V3's; 1 or absent (softmax) DeepSeek-V2's.
 """
 

@@ -14,7 +14,7 @@ What the file says, and what llama.cpp fixes without a key (src/models/llama4.cp
   Maverick, whose config says use_qk_norm false), its epsilon the RMSNorm's.
 The converter permutes no q or k rows (undo_permute = False): llama.cpp's rope for llama4 is the normal one, of
 adjacent pairs, which is Llama 4's own, so the rows are Hugging Face's and the family reorders them as it does
-for a Hugging Face folder (models.llama4.PairsToHalves). The experts are stacked per projection, gate_up_proj
+for a Hugging Face folder (models.families.llama4.PairsToHalves). The experts are stacked per projection, gate_up_proj
 split into ffn_gate_exps and ffn_up_exps ([E, d_e, d] each) and down_proj transposed (ffn_down_exps [E, d, d_e]);
 they are put back as transformers keeps them (gate_up_proj [E, d, 2 d_e], down_proj [E, d_e, d]).
 """

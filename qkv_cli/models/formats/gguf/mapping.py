@@ -7,8 +7,8 @@ GPT-NeoX's fused attn_qkv was regrouped from [q_h | k_h | v_h] per head to [Q | 
 What it never writes is read as llama.cpp reads it: biases by their presence, Gemma's query scale by model size,
 Llama 3.1's RoPE scaling from the per-pair factors of rope_freqs. A mixture of experts (Mixtral: a `llama` file with
 ffn_gate_inp; qwen3moe; olmoe) stacks each layer's experts in one tensor [E, rows, columns] (ffn_gate_exps,
-ffn_up_exps, ffn_down_exps): each expert is read back alone, as its own rows of the stack (models.gguf_experts).
-gpt-oss, deepseek2 and phi3 files have their own modules (models.gguf_gpt_oss, gguf_deepseek, gguf_phi3).
+ffn_up_exps, ffn_down_exps): each expert is read back alone, as its own rows of the stack (models.formats.gguf.experts).
+gpt-oss, deepseek2 and phi3 files have their own modules (models.formats.gguf.gpt_oss, gguf_deepseek, gguf_phi3).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ ARCHITECTURES = {  # GGUF general.architecture -> model_type
     "gpt-oss": "gpt_oss", "deepseek2": "deepseek_v3", "smollm3": "smollm3", "phi3": "phi3",
     "llama4": "llama4_text",
 }  # fmt: skip
-# architectures with their own module (models.gguf_<name>): config(raw, meta, tensors, where) fills the config.json
+# architectures with their own module (formats.gguf.<name>): config(raw, meta, tensors, where) fills the config.json
 # keys llama.cpp reads or fixes for it, tensors(out, gguf, raw) renames and joins its tensors, LAYER_NAMES (where
 # the module has them) adds its blk.N.<name> entries
-OWN_MODULES = {"deepseek2": "gguf_deepseek", "phi3": "gguf_phi3", "llama4": "gguf_llama4"}
+OWN_MODULES = {"deepseek2": "deepseek2", "phi3": "phi3", "llama4": "llama4"}
 CONFIG_KEYS = {  # {arch}.<key> -> config.json key
     "block_count": "num_hidden_layers", "context_length": "max_position_embeddings",
     "embedding_length": "hidden_size", "feed_forward_length": "intermediate_size",
@@ -127,7 +127,7 @@ def own_module(arch: str):
     """The module of an architecture in OWN_MODULES (imported on first use)."""
     import importlib
 
-    return importlib.import_module(f"qkv_cli.models.{OWN_MODULES[arch]}")
+    return importlib.import_module(f"qkv_cli.models.formats.gguf.{OWN_MODULES[arch]}")
 
 
 def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]:
@@ -143,14 +143,20 @@ def rope_factors(raw: dict, tensors: dict, arch: str, where: str) -> list[float]
     d, tau = raw.get("hidden_size"), raw.get("num_attention_heads")
     rot = raw.get("head_dim") or (d // tau if type(d) is int and type(tau) is int and tau > 0 else None)
     half = rot // 2 if type(rot) is int and 2 <= rot <= MAX_WIDTH else None
+    return factor_values(t, "rope_freqs.weight", half, "RoPE frequency factor", where, unknown="head_dim / 2")
+
+
+def factor_values(t: Tensor, name: str, half: int | None, what: str, where: str, unknown: str = "",
+                  note: str = "") -> list[float]:  # fmt: skip
+    """A tensor of one factor per rotated pair (rope_freqs, LongRoPE's), checked before it is read: F32 or F16
+    [half] (None: no valid width, said as `unknown`; note: how half is counted), finite and positive."""
     if half is None or t.kind not in ("F32", "F16") or tuple(t.shape) != (half,):
-        raise QkvError(f"{where}: tensor 'rope_freqs.weight' is {t.kind} {list(t.shape)}: expected F32 or F16 "
-                       f"[{half or 'head_dim / 2'}], one RoPE frequency factor per rotated pair")  # fmt: skip
+        raise QkvError(f"{where}: tensor {name!r} is {t.kind} {list(t.shape)}: expected F32 or F16 "
+                       f"[{half or unknown}], one {what} per rotated pair{note}")  # fmt: skip
     values = np.asarray(t.read(), dtype=np.float64)
     bad = values[~(np.isfinite(values) & (values > 0))]
     if bad.size:
-        raise QkvError(f"{where}: tensor 'rope_freqs.weight' holds {bad[0]}: every RoPE frequency factor must be "
-                       "finite and positive")  # fmt: skip
+        raise QkvError(f"{where}: tensor {name!r} holds {bad[0]}: every {what} must be finite and positive")
     return values.tolist()
 
 

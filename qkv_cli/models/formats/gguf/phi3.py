@@ -24,6 +24,7 @@ import numpy as np
 from qkv_cli.errors import QkvError
 from qkv_cli.models.formats.config import MAX_WIDTH
 from qkv_cli.models.formats.gguf.header import shown
+from qkv_cli.models.formats.gguf.mapping import factor_values
 from qkv_cli.models.formats.safetensors import Tensor
 
 LAYER_NAMES = {"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}  # blk.N.<name> -> model.layers.N.
@@ -76,15 +77,9 @@ def config(raw: dict, meta: dict, tensors: dict, where: str) -> None:
 
 def _factors(t: Tensor, name: str, rot: int, where: str) -> list[float]:
     """A LongRoPE factor tensor's values, checked before they are read: F32 or F16 [rot/2], finite and positive."""
-    half = rot // 2
-    if t.kind not in ("F32", "F16") or tuple(t.shape) != (half,) or half > MAX_WIDTH:
-        raise QkvError(f"{where}: tensor {name!r} is {t.kind} {list(t.shape)}: expected F32 or F16 [{half}], one "
-                       f"LongRoPE factor per rotated pair (phi3.rope.dimension_count {rot} / 2)")  # fmt: skip
-    values = np.asarray(t.read(), dtype=np.float64)
-    bad = values[~(np.isfinite(values) & (values > 0))]
-    if bad.size:
-        raise QkvError(f"{where}: tensor {name!r} holds {bad[0]}: every LongRoPE factor must be finite and positive")
-    return values.tolist()
+    half = rot // 2 if rot // 2 <= MAX_WIDTH else None
+    return factor_values(t, name, half, "LongRoPE factor", where, unknown=str(rot // 2),
+                         note=f" (phi3.rope.dimension_count {rot} / 2)")  # fmt: skip
 
 
 def _transformers_value(stored: float, context, original: int) -> bool:
