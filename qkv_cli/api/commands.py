@@ -39,7 +39,7 @@ def load(model: str | PathLike, dtype: str = "float64", *, max_memory: int | str
     -------
     The loaded model (``.config``, ``.name``, ``.tokenize(text)``); pass it as ``model=`` to the other functions.
     """
-    from qkv_cli.api.options import size_of
+    from qkv_cli.api.arguments import size_of
     from qkv_cli.core.settings import DTYPES, check_choice
     from qkv_cli.pipeline.checkpoint import load as load_checkpoint
 
@@ -74,7 +74,7 @@ def _layers(layer) -> tuple[int, ...]:
 
 def _request(text, model, given: dict, default=None, default_dtype: str = "float64", **extra):
     """The Request of these keyword arguments: the CLI's checks, the CLI's policy on what a checkpoint fixes."""
-    from qkv_cli.api.options import check_checkpoint_policy, request
+    from qkv_cli.api.arguments import check_checkpoint_policy, request
 
     dtype = given.pop("dtype", None) if model is not None else None
     name, loaded = _model(model, dtype, given.get("max_memory"), default_dtype)
@@ -91,7 +91,7 @@ def _request(text, model, given: dict, default=None, default_dtype: str = "float
 
 
 def _chat(system, no_system, chat_template) -> dict:
-    """The chat options beside ``chat``, by the CLI's names (api.options.chat_of reads them)."""
+    """The chat options beside ``chat``, by the CLI's names (api.arguments.chat_of reads them)."""
     if system is not None and not isinstance(system, str):
         raise QkvError(f"system must be a str, got {type(system).__name__}")
     return {"system": system, "no_system": bool(no_system),
@@ -123,7 +123,7 @@ def wrap(result: Result, model: Model | None = None, request: Request | None = N
 
     if result.kind == Kind.MODEL:
         return ModelRun(result, model, request if model is not None else None)
-    classes = {Kind.DENSE: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
+    classes = {Kind.SEEDED: Layer, Kind.LAYER: Layer, Kind.GENERATION: Generation, Kind.ATTRIBUTION: Attribution,
                Kind.BAND: Band, Kind.BATCH: Batch}  # fmt: skip
     return classes[result.kind](result, model)
 

@@ -16,7 +16,7 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
     """The pipeline Comparison of CLI-named option values (the CLI's and the API's one door): texts (A, B) on
     models () or (M,), or (TEXT,) on (M1, M2); each model a name, a path or a loaded model. head: the head the CLI
     will show, checked against the heads before either text runs."""
-    from qkv_cli.api.options import check_checkpoint_policy, request
+    from qkv_cli.api.arguments import check_checkpoint_policy, request
     from qkv_cli.pipeline import compare
 
     if len(models) > 2 or len(texts) > 2 or not texts:
@@ -45,7 +45,7 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
 
 def _load_all(models: tuple, dtype: str, max_memory, download: bool) -> tuple:
     """Each model loaded (or as given, loaded already); the second within what the first's weights leave."""
-    from qkv_cli.api.options import size_of
+    from qkv_cli.api.arguments import size_of
     from qkv_cli.core.budget import default_max_memory
     from qkv_cli.pipeline.checkpoint import load
     from qkv_cli.pipeline.compare import within

@@ -128,8 +128,8 @@ def mask(text: str | None = None, model: str | PathLike | object | None = None, 
     if given:
         raise QkvError(f"{given[0]} cannot be used with model=: the checkpoint fixes d, the heads, the tokenizer and "
                        "its mask")  # fmt: skip
+    from qkv_cli.api.arguments import chat_of
     from qkv_cli.api.commands import load
-    from qkv_cli.api.options import chat_of
 
     loaded = model if hasattr(model, "config") and hasattr(model, "family") else load(_spec(model))
     one = isinstance(layer, int) and not isinstance(layer, bool)

@@ -116,14 +116,14 @@ class Layer(Output):
         return None if self.result.model is None else self.result.model.layer
 
 
-SEQ2SEQ = ("encoder_attentions", "decoder_attentions", "cross_attentions", "decoder_ids", "encoder_last_hidden_state")
+ENCDEC = ("encoder_attentions", "decoder_attentions", "cross_attentions", "decoder_ids", "encoder_last_hidden_state")
 
 
 class ModelRun(Output):
     """A checkpoint's forward pass: ``attentions`` (L, tau, m, m; (L_kept, tau, rows, m) when only some layers or
     rows were kept: see ``attention_layers``, ``rows``), ``ids`` (m,), ``hidden_states`` (L + 1, m, d),
     ``last_hidden_state`` (m, d), ``layer_types``, ``routing`` (a MoE's experts per token); ``layer(l)``: one
-    layer's matrices; an encoder-decoder: SEQ2SEQ."""
+    layer's matrices; an encoder-decoder: ENCDEC."""
 
     kind = "model"
 
@@ -175,9 +175,9 @@ class ModelRun(Output):
         return len(self.result.layer_types)
 
     def __getattr__(self, name):  # an encoder-decoder's run: its three attentions, by transformers' names
-        if name in SEQ2SEQ and self.result.seq2seq is not None:
-            return self.result.seq2seq[name]
-        raise AttributeError(f"a qkv ModelRun has no {name!r} (encoder-decoders have {', '.join(SEQ2SEQ)})")
+        if name in ENCDEC and self.result.encdec is not None:
+            return self.result.encdec[name]
+        raise AttributeError(f"a qkv ModelRun has no {name!r} (encoder-decoders have {', '.join(ENCDEC)})")
 
     def layer(self, index: int) -> Layer:
         """Layer ``index`` (negative counts from the end) with every matrix; run again if it was not kept."""

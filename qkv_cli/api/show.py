@@ -170,7 +170,7 @@ class Page:
     def save(self, path: str | PathLike, max_page_size: int | str | None = None) -> str:
         """Write the page atomically (.html or .htm), refusing one above ``max_page_size`` (bytes or a size such as
         "200MB"; default 100 MB, as ``qkv view --max-page-size``); returns the path."""
-        from qkv_cli.api.options import size_of
+        from qkv_cli.api.arguments import size_of
         from qkv_cli.views.page.html import MAX_PAGE, check_page_path, write_page
 
         check_page_path(path)

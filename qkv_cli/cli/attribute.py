@@ -1,7 +1,7 @@
 """`qkv attribute`: token-to-token attribution beyond the raw weights (pipeline.attribution, views.attribution)."""
 
 from qkv_cli.cli.app import app
-from qkv_cli.cli.encdec import SEQ2SEQ
+from qkv_cli.cli.encdec import ENCDEC
 from qkv_cli.cli.options import (
     BUDGET,
     CHAT,
@@ -28,7 +28,7 @@ VALUE_NORM = Method("value-norm")  # the default: the one method that also works
 @app.command(
     epilog="Example: qkv attribute 'The cat sat on the mat.' --method value-norm --heads 4 (or --model M, any method)"
 )
-@takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, CHAT, BUDGET, SEQ2SEQ)
+@takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, CHAT, BUDGET, ENCDEC)
 def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NORM,
               head_fusion: HeadFusionOpt = None, head: HeadOpt = None, precision: PrecisionOpt = 2,
               format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None):  # fmt: skip

@@ -5,7 +5,7 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.app import app
-from qkv_cli.cli.encdec import SEQ2SEQ
+from qkv_cli.cli.encdec import ENCDEC
 from qkv_cli.cli.figure_options import (
     AnnotateOpt,
     CmapOpt,
@@ -75,7 +75,7 @@ RowsOpt = Annotated[
                  "slice (0:16; -128: for the last 128): long documents fit where every row would not."),
 ]  # fmt: skip
 ROWS = [("rows", RowsOpt, None)]
-EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET, SEQ2SEQ)
+EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET, ENCDEC)
 DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
 
@@ -217,7 +217,7 @@ def explain(text: TextArg = None, *, opts: Opts,
 
 
 @app.command(epilog="Example: qkv mask 'the cat sat on the mat' --causal --window 3")
-@takes(TEXT, MASK_CHECKPOINT, CHAT, SEQ2SEQ)
+@takes(TEXT, MASK_CHECKPOINT, CHAT, ENCDEC)
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          chunk: ChunkOpt = None, context: ContextOpt = None, context_file: ContextFileOpt = None,
          mask_file: MaskFileOpt = None, pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
@@ -237,7 +237,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
         model = load(opts.model, "float64", opts.download)
         text = get_text(text, opts.file, sample("short"))
         if opts.target is not None or opts.attention is not None or model.is_encoder_decoder:
-            from qkv_cli.pipeline.seq2seq_inspect import mask_grid
+            from qkv_cli.pipeline.encdec_inspect import mask_grid
 
             attention = opts.attention and opts.attention.value
             return emit(mask_grid(model, text, opts.target, attention, opts.layer), format.value)
@@ -247,7 +247,7 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
-@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS, SEQ2SEQ)
+@takes(TEXT, RANDOM, MASKS, ABLATION, CHECKPOINT, CHAT, BUDGET, DETECTORS, ENCDEC)
 def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table, sort: HeadSortOpt = None,
           ascending: AscendingOpt = False, top: TopOpt = None):  # fmt: skip
     """Head roles: entropy, distance, share on self / previous / first / next token, a sink, TransformerLens'

@@ -19,4 +19,4 @@ AttentionOpt = Annotated[
     typer.Option("--attention", help="With an encoder-decoder --model: encoder (n x n), decoder (m x m, causal) or "
                  "cross (m x n: Q from the decoder's X, K and V from the encoder's Y; the default)."),
 ]  # fmt: skip
-SEQ2SEQ = [("target", TargetOpt, None), ("attention", AttentionOpt, None)]
+ENCDEC = [("target", TargetOpt, None), ("attention", AttentionOpt, None)]

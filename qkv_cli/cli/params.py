@@ -27,7 +27,7 @@ class Opts:
 
 def check_checkpoint_policy(opts: Opts) -> None:
     """With --model, options the checkpoint fixes are errors; without it, --layer and --download are."""
-    from qkv_cli.api.options import check_checkpoint_policy as check
+    from qkv_cli.api.arguments import check_checkpoint_policy as check
 
     check(opts.__dict__, opts.explicit)
 
@@ -66,15 +66,15 @@ def takes(*sets, **defaults):
 
 
 def request(opts: Opts, text, default=None, **extra):
-    """The pipeline Request these options describe (qkv_cli.api.options.request: the one the Python API uses)."""
-    from qkv_cli.api.options import request as build
+    """The pipeline Request these options describe (qkv_cli.api.arguments.request: the one the Python API uses)."""
+    from qkv_cli.api.arguments import request as build
 
     return build(opts.__dict__, text, default, **extra)
 
 
 def chat_options(opts: Opts):
     """--chat, --system, --no-system, --chat-template as one pipeline.chat.Chat (None: none of them given)."""
-    from qkv_cli.api.options import chat_of
+    from qkv_cli.api.arguments import chat_of
 
     return chat_of(opts.__dict__)
 

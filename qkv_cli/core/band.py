@@ -18,10 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.core import threads
-from qkv_cli.core.fast import attend_
 from qkv_cli.core.kernels import check_inputs, resolve_scale
 from qkv_cli.core.masks import check_window
 from qkv_cli.core.numerics import scale_
+from qkv_cli.core.vectorized import attend_
 from qkv_cli.errors import QkvError
 
 PARALLEL_BYTES = 256 * 1024  # a band from this size on is shared out over 2 threads (fast.py's value before it

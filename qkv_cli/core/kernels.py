@@ -39,7 +39,7 @@ class _Registry(dict):
 
 
 KERNELS = _Registry(
-    vectorized="qkv_cli.core.fast:vectorized_kernel",  # batched matmuls over all heads, softmax in place
+    vectorized="qkv_cli.core.vectorized:vectorized_kernel",  # batched matmuls over all heads, softmax in place
     loop="qkv_cli.core.loop:loop_kernel",  # one query at a time: Att(q_i, K, V)
     reference="qkv_cli.core.formula:reference_kernel",  # the formula, line for line
 )

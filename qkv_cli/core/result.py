@@ -1,16 +1,16 @@
 """What a run produced: one Result class per kind of run, over a shared base. Views pick their renderer by
 ``result.kind``; each class holds only its own fields.
 
-- LayerResult (kinds DENSE and LAYER): one attention layer's matrices under the export schema's names: H (m, d),
+- LayerResult (kinds SEEDED and LAYER): one attention layer's matrices under the export schema's names: H (m, d),
   Wq (tau, d, d_k), Wk and Wv (G, d, d_k), Q (tau, m, d_k), K and V (G, n, d_k), scores, mask and weights (m x n
-  per head), heads (tau, m, d_k), Wo (tau d_k, d) and output (m, d). DENSE: seeded random weights; LAYER: a
+  per head), heads (tau, m, d_k), Wo (tau d_k, d) and output (m, d). SEEDED: seeded random weights; LAYER: a
   checkpoint's layer (``model`` says which).
 - BandResult: a long text under a sliding window, the same matrices but only the band of the weights.
 - AttributionResult: a LayerResult (weights: its raw alpha) plus how much each key moves each query.
 - ModelResult: a checkpoint's whole forward pass: every layer's weights in ``attentions``, a LayerResult per
   chosen layer.
 - GenerationResult: a decoder writing, per generated token its probability and attention row.
-- BatchResult: one DENSE LayerResult per padded sentence.
+- BatchResult: one SEEDED LayerResult per padded sentence.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import numpy as np
 
 
 class Kind(StrEnum):
-    DENSE = "dense"  # one attention layer on seeded random weights (self- or cross-attention)
+    SEEDED = (
+        "dense"  # one attention layer on seeded random weights (self- or cross-attention); "dense" in the page and API
+    )
     BAND = "band"  # a long text under a sliding window: only the band of the weights was kept
     LAYER = "layer"  # one layer of a real checkpoint
     MODEL = "model"  # a checkpoint's forward pass: every layer's weights, LAYER results for the chosen layers
-    BATCH = "batch"  # several sentences padded to one length, one DENSE result each
+    BATCH = "batch"  # several sentences padded to one length, one SEEDED result each
     GENERATION = "generation"  # a decoder writing: per generated token, its probability and attention rows
     ATTRIBUTION = "attribution"  # one layer's Result plus how much each key moves each query (rollout, value norms ...)
 
@@ -124,7 +126,7 @@ class Projections(Result):
 
 @dataclass
 class LayerResult(Projections):
-    """One attention layer: DENSE (seeded random weights, ``model`` None) or LAYER (a checkpoint's)."""
+    """One attention layer: SEEDED (seeded random weights, ``model`` None) or LAYER (a checkpoint's)."""
 
     scores: np.ndarray | None = None  # (tau, m, n) Q K^T * scale, before the mask
     mask: np.ndarray | None = None  # (m, n) additive 0 / -inf
@@ -150,7 +152,7 @@ class LayerResult(Projections):
 
     @property
     def kind(self) -> Kind:
-        return Kind.DENSE if self.model is None else Kind.LAYER
+        return Kind.SEEDED if self.model is None else Kind.LAYER
 
     @property
     def key_labels(self) -> list[str]:
@@ -232,9 +234,9 @@ class ModelResult(Result):
     router_weights: np.ndarray | None = None  # (L, m, k) their gate weights g
     predictions: dict | None = None  # --predict: "ids", "probs" (m, k); --logit-lens: "lens_ids", "lens_probs"
     ablation: dict | None = None  # an encoder-decoder's --ablate: what it changed (pipeline.ablate.report)
-    # an encoder-decoder's three attentions (pipeline.seq2seq): decoder_ids, encoder_attentions (L_enc, tau, n, n),
+    # an encoder-decoder's three attentions (pipeline.encdec): decoder_ids, encoder_attentions (L_enc, tau, n, n),
     # decoder_attentions (L_dec, tau, m, m), cross_attentions (L_dec, tau, m, n), encoder_last_hidden_state (n, d)
-    seq2seq: dict | None = None
+    encdec: dict | None = None
 
     @property
     def key_labels(self) -> list[str]:
@@ -244,7 +246,7 @@ class ModelResult(Result):
         from qkv_cli.core.masks import allowed_grid, rule_grids
 
         m = n = self.attentions.shape[-1]
-        if self.seq2seq is not None:  # an encoder-decoder's cross-attention: m target rows over n source keys
+        if self.encdec is not None:  # an encoder-decoder's cross-attention: m target rows over n source keys
             m = self.attentions.shape[-2]
         return ~allowed_grid(rule_grids(self.layer_rules[layer], m, n), m, n)
 
@@ -275,7 +277,7 @@ class GenerationResult(Result):
 
 @dataclass
 class BatchResult(Result):
-    """Several sentences padded to one length: one padded DENSE result per sentence, and the same cut back to each
+    """Several sentences padded to one length: one padded SEEDED result per sentence, and the same cut back to each
     sentence's own tokens."""
 
     kind: ClassVar[Kind] = Kind.BATCH

@@ -24,7 +24,7 @@ from qkv_cli.models.model import Model, check_finite
 SIDES = ("encoder", "decoder", "cross")  # --attention: which of the three attentions a view shows
 
 
-class Seq2Seq(NamedTuple):
+class EncDecPass(NamedTuple):
     """A teacher-forced pass: per layer, each of the three attentions as it was computed."""
 
     encoder: list[Attended]  # L_enc, weights (tau, n, n)
@@ -47,15 +47,15 @@ class EncDecModel(Model):
 
     @property
     def dec_layers(self) -> int:
-        return self.config.seq2seq.dec_layers
+        return self.config.encdec.dec_layers
 
     @property
     def dec_heads(self) -> int:
-        return self.config.seq2seq.dec_heads
+        return self.config.encdec.dec_heads
 
     @property
     def start_id(self) -> int:
-        return self.config.seq2seq.start
+        return self.config.encdec.start
 
     def n_layers(self, attention: str) -> int:
         return self.config.n_layers if attention == "encoder" else self.dec_layers
@@ -98,7 +98,7 @@ class EncDecModel(Model):
 
     def check_decoder(self, ids) -> np.ndarray:
         c = self.config
-        return self.check_ids(ids, "target", c.seq2seq.dec_positions, c.seq2seq.dec_positions_key)
+        return self.check_ids(ids, "target", c.encdec.dec_positions, c.encdec.dec_positions_key)
 
     def encode(self, ids, change=None):  # [n] -> Y [n, d], per layer Attended
         """The encoder: bidirectional self-attention (a single text: nothing masked)."""
@@ -165,13 +165,13 @@ class EncDecModel(Model):
         att = multi_head_attention(X, Y, w, self.params.options.scale, bias, mask, cache, kv, fn)
         return att.output, att
 
-    def seq2seq(self, source_ids, decoder_ids, change=None) -> Seq2Seq:
+    def teacher_forced(self, source_ids, decoder_ids, change=None) -> EncDecPass:
         """Teacher-forced: the encoder on the source, the decoder on decoder_ids (start token, then the target).
         change(attention, layer, Q, K, V) -> (Q, K, V) alters one attention's matrices (an ablation)."""
         src, dec = self.check_source(source_ids), self.check_decoder(decoder_ids)
         Y, enc = self.encode(src, change)
         x, selfs, crosses = self.decode(dec, Y, change=change)
-        return Seq2Seq(enc, selfs, crosses, Y, x)
+        return EncDecPass(enc, selfs, crosses, Y, x)
 
     def logits(self, x):  # [m, d] -> [m, V]
         p = self.params
@@ -193,7 +193,7 @@ class EncDecModel(Model):
         from qkv_cli.models.cache import LayerCache
 
         src = self.check_source(source_ids)
-        limit = self.config.seq2seq.dec_positions
+        limit = self.config.encdec.dec_positions
         steps = min(int(max_new), limit)
         Y, _ = self.encode(src)
         kv = self.cross_kv(Y)

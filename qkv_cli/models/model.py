@@ -22,7 +22,7 @@ from qkv_cli.models.formats.config import ModelConfig, Param
 from qkv_cli.models.layers.moe import stacked
 from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
 
-SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.fast.MAX_BLOCK_ROWS rows each)
+SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.vectorized.MAX_BLOCK_ROWS rows each)
 
 
 def estimate_bytes(config: ModelConfig, m: int, dtype="float32", detailed_layers: int = 0,

@@ -126,7 +126,7 @@ def attributed_heads(method: str, head, heads) -> list[int]:
 
 
 def of_layer(result: Result, req) -> Result:
-    """value-norm of a random-weights layer (DENSE): f^h(x_j) = x_j W^h_v W^h_o (no biases)."""
+    """value-norm of a random-weights layer (SEEDED): f^h(x_j) = x_j W^h_v W^h_o (no biases)."""
     limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
     tau, m, n = result.weights.shape
     budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm",

@@ -27,8 +27,8 @@ def estimate(m: int, settings: Settings) -> int:
 
 
 def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
-    """A BAND Result for long texts; shorter ones go through the dense pipeline (a DENSE Result)."""
-    from qkv_cli.pipeline import dense
+    """A BAND Result for long texts; shorter ones go through the seeded pipeline (a SEEDED Result)."""
+    from qkv_cli.pipeline import seeded
     from qkv_cli.text.tokens import tokenize
 
     limit = budget.default_max_memory() if max_memory is None else max_memory
@@ -37,7 +37,7 @@ def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
     tokens = tokenize(text, settings.tokenizer)
     m = len(tokens)
     if m < BAND_MIN_TOKENS:
-        return dense.run(text, settings, tokens=tokens, max_memory=max_memory)
+        return seeded.run(text, settings, tokens=tokens, max_memory=max_memory)
     budget.check_budget(estimate(m, settings), limit, HINTS, dtype=settings.dtype)
     dtype = np.dtype(settings.dtype)
     H = embed(list(tokens.strings), settings.d, settings.seed, settings.positions, dtype)

@@ -52,7 +52,7 @@ def trim(result: Result, tokens, m: int) -> Result:
 
 def run_batch(lines: list[str], settings, max_memory: int | None = None) -> Result:
     """Tokenize every line, pad to the longest, run each padded sentence with its pad keys masked: a BATCH Result."""
-    from qkv_cli.pipeline.dense import HINTS, estimate, run
+    from qkv_cli.pipeline.seeded import HINTS, estimate, run
     from qkv_cli.text.tokens import tokenize
 
     toks = [tokenize(line, settings.tokenizer) for line in lines]

@@ -28,7 +28,7 @@ class Comparison:
     """Two runs A and B and their difference. mode: "texts" (two texts, one model) or "models" (one text, two)."""
 
     mode: str
-    a: Result  # run A (a checkpoint's MODEL result, or a DENSE layer of seeded random weights)
+    a: Result  # run A (a checkpoint's MODEL result, or a SEEDED layer of seeded random weights)
     b: Result
     names: tuple[str, str]  # what A and B are: the two texts, or the two models' names
     alignment: Alignment

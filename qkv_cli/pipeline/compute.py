@@ -1,4 +1,4 @@
-"""compute(request) -> Result: the one way in. Routes to a checkpoint, a batch, a long document's band, or the dense
+"""compute(request) -> Result: the one way in. Routes to a checkpoint, a batch, a long document's band, or the seeded
 pipeline, after checking the cheap things (options, the mask file, the context) before reading the text."""
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def lines(req: Request) -> list[str]:
 
 
 def extras(req: Request) -> dict:
-    """--context / --context-file and --mask-file as keyword arguments of dense.run, checked cheapest first."""
-    from qkv_cli.pipeline.dense import check_cross
+    """--context / --context-file and --mask-file as keyword arguments of seeded.run, checked cheapest first."""
+    from qkv_cli.pipeline.seeded import check_cross
     from qkv_cli.text.inputs import get_context
 
     check_cross(req.settings, req.context is not None or req.context_file is not None)
@@ -67,20 +67,20 @@ def load_model(req: Request):
 
 def compute(req: Request, model=None, on_token=None) -> Result:
     """The Result the request describes (see core.result.Kind)."""
-    from qkv_cli.pipeline import band, batch, checkpoint, dense, seq2seq
+    from qkv_cli.pipeline import band, batch, checkpoint, encdec, seeded
 
     s = req.settings
     if req.method is not None:
         return attribution(req, model)
     if req.model is not None:
         model = load_model(req) if model is None else model
-        if req.rows is not None and (req.generate or seq2seq.is_encdec(model)):
+        if req.rows is not None and (req.generate or is_encdec(model)):
             what = "--generate" if req.generate else f"an encoder-decoder ({model.name})"
             raise QkvError(f"--rows keeps query rows of a decoder or encoder's forward pass, not of {what}")
-        if not req.generate and (req.target is not None or req.attention is not None or seq2seq.is_encdec(model)):
-            seq2seq.check_model(model, req.target, req.attention)
-            seq2seq.check_options(model, req)
-            return seq2seq.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
+        if not req.generate and (req.target is not None or req.attention is not None or is_encdec(model)):
+            encdec.check_model(model, req.target, req.attention)
+            encdec.check_options(model, req)
+            return encdec.run(model, read_text(req), req.target, req.attention or "cross", req.layers,
                                req.all_layers, s, req.max_memory)  # fmt: skip
         if req.generate:
             return generation(req, model, on_token)
@@ -102,20 +102,20 @@ def compute(req: Request, model=None, on_token=None) -> Result:
     text = read_text(req)
     if req.band and s.window is not None and s.chunk is None and not more and s.ablate is None:
         return band.run(text, s, max_memory=req.max_memory)
-    return dense.run(text, s, max_memory=req.max_memory, **more)
+    return seeded.run(text, s, max_memory=req.max_memory, **more)
 
 
 def attribution(req: Request, model=None) -> Result:
     """qkv attribute / heatmap --method: rollout, value norms or value zeroing (pipeline.attribution)."""
     from qkv_cli.pipeline import attribution as method
-    from qkv_cli.pipeline import dense
+    from qkv_cli.pipeline import seeded
 
     method.check(req)
     if req.model is None:
-        return method.of_layer(dense.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
+        return method.of_layer(seeded.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
     model = load_model(req) if model is None else model
-    if req.target is not None or req.attention is not None or seq2seq_model(model):
-        from qkv_cli.pipeline.seq2seq_inspect import attribute
+    if req.target is not None or req.attention is not None or is_encdec(model):
+        from qkv_cli.pipeline.encdec_inspect import attribute
 
         return attribute(model, read_text(req), req)
     return method.of_model(model, read_text(req), req)
@@ -128,11 +128,11 @@ def generation(req: Request, model, on_token=None) -> Result:
     from qkv_cli.pipeline.generate import generate
 
     text = read_text(req)
-    if seq2seq_model(model):
-        from qkv_cli.pipeline import seq2seq
+    if is_encdec(model):
+        from qkv_cli.pipeline import encdec
 
-        seq2seq.check_options(model, req)
-        return seq2seq.generate(model, text, req.generate, req.max_memory)
+        encdec.check_options(model, req)
+        return encdec.generate(model, text, req.generate, req.max_memory)
     said = chat.prompt(model, text, req.chat)
     out = generate(model, said.tokens, req.generate, req.temperature, req.top_k, req.sample_seed, req.settings.kernel,
                    req.max_memory, eos=model.config.eos, progress=req.progress, on_token=on_token)  # fmt: skip
@@ -140,17 +140,15 @@ def generation(req: Request, model, on_token=None) -> Result:
     return out
 
 
-def seq2seq_model(model) -> bool:
-    from qkv_cli.pipeline.seq2seq import is_encdec
-
-    return is_encdec(model)
+def is_encdec(model) -> bool:  # an encoder-decoder checkpoint (models.encdec_model)
+    return model is not None and model.is_encoder_decoder
 
 
 def compute_each(req: Request) -> list[Result]:
     """One Result per line of --file (one sentence per line), or one Result for TEXT (qkv heads). Every Result is
     kept, so the budget counts all of them before the first runs."""
     from qkv_cli.core import budget
-    from qkv_cli.pipeline import checkpoint, dense
+    from qkv_cli.pipeline import checkpoint, seeded
 
     if req.induction_probe:
         return [induction_probe(req)]
@@ -161,8 +159,8 @@ def compute_each(req: Request) -> list[Result]:
         from qkv_cli.pipeline.chat import prompt
 
         model = load_model(req)
-        if req.target is not None or req.attention is not None or seq2seq_model(model):
-            from qkv_cli.pipeline.seq2seq_inspect import each
+        if req.target is not None or req.attention is not None or is_encdec(model):
+            from qkv_cli.pipeline.encdec_inspect import each
 
             return each(model, texts, req)
         sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]
@@ -175,10 +173,10 @@ def compute_each(req: Request) -> list[Result]:
     if len(texts) > 1:
         from qkv_cli.text.tokens import tokenize
 
-        total = sum(dense.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
-        budget.check_budget(total, limit, f"fewer or shorter lines, or {dense.HINTS}",
+        total = sum(seeded.estimate(len(tokenize(t, req.settings.tokenizer)), req.settings) for t in texts)
+        budget.check_budget(total, limit, f"fewer or shorter lines, or {seeded.HINTS}",
                             dtype=req.settings.dtype)  # fmt: skip
-    return [dense.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
+    return [seeded.run(t, req.settings, max_memory=req.max_memory, **more) for t in texts]
 
 
 def induction_probe(req: Request) -> Result:
@@ -190,7 +188,7 @@ def induction_probe(req: Request) -> Result:
     if req.text is not None or req.file is not None or req.chat is not None:
         raise QkvError("--induction-probe makes its own text: drop TEXT, --file and --chat")
     model = load_model(req)
-    if seq2seq_model(model):
+    if is_encdec(model):
         raise QkvError(f"--induction-probe runs a decoder or an encoder on repeated tokens: {model.name} is an "
                        "encoder-decoder; give TEXT and --attention encoder or decoder")  # fmt: skip
     return probe.run(model, req.induction_probe, req.settings.seed, req.settings.kernel, req.max_memory)

@@ -42,7 +42,7 @@ def for_options(text, file, causal, window, context, context_file, mask_file, pa
                 chunk=None) -> MaskGrid:  # fmt: skip
     """The Mask the random-weights options make over TEXT (a sample without it)."""
     from qkv_cli.core.settings import Settings
-    from qkv_cli.pipeline.dense import check_cross
+    from qkv_cli.pipeline.seeded import check_cross
     from qkv_cli.text.inputs import get_context, get_text
     from qkv_cli.text.maskfile import load_mask_file
     from qkv_cli.text.samples import sample_text

@@ -56,10 +56,10 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
         raise QkvError("shapes --model takes --m, not TEXT (the model's tokenizer adds its own special tokens)")
     c, stored = stored_tensors(resolve_model(spec, download=download), name_of(spec))
     m = 30 if m is None else m
-    if n is not None and c.seq2seq is None:
+    if n is not None and c.encdec is None:
         raise QkvError("--n cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask")
-    if c.seq2seq is not None:  # an encoder-decoder: encoder, decoder and cross matrices
-        from qkv_cli.pipeline.seq2seq_shapes import encdec_matrices
+    if c.encdec is not None:  # an encoder-decoder: encoder, decoder and cross matrices
+        from qkv_cli.pipeline.encdec_shapes import encdec_matrices
 
         mats = encdec_matrices(c, m, m if n is None else n)
     elif c.latent is not None:  # multi-head latent attention (DeepSeek-V3)
@@ -73,7 +73,7 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
                     softcap=c.attention and c.attention.softcap,
                     input_meaning=input_meaning(c))  # fmt: skip
     counted = sum(math.prod(t.shape) for name, t in stored.items() if t.is_float and not name.endswith(SKIP))
-    n = (m if n is None else n) if c.seq2seq is not None else None
+    n = (m if n is None else n) if c.encdec is not None else None
     return Shapes(c.d, c.n_heads, m, n, dtype, kv, mats, c, family_for(c.family).parameter_table(c), counted)
 
 

@@ -1,4 +1,4 @@
-"""One attention layer (DENSE, or LAYER of a checkpoint): its tables, JSON, CSV, NPZ and heatmap."""
+"""One attention layer (SEEDED, or LAYER of a checkpoint): its tables, JSON, CSV, NPZ and heatmap."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from qkv_cli.views.console.describe import ablation_line, figure_title, settings
 
 
 def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
-    """One attention layer (DENSE, or LAYER of a checkpoint): tables, JSON or CSV; then the NPZ if asked."""
+    """One attention layer (SEEDED, or LAYER of a checkpoint): tables, JSON or CSV; then the NPZ if asked."""
     from qkv_cli.core.stats import head_summary
     from qkv_cli.views.console import console, tables
     from qkv_cli.views.export import results as export

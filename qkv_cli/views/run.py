@@ -6,7 +6,7 @@ from qkv_cli.core.result import Kind, Result
 from qkv_cli.views import attribution, band, batch, generate, layer, model
 
 RENDERERS = {
-    Kind.DENSE: layer.emit_layer,
+    Kind.SEEDED: layer.emit_layer,
     Kind.LAYER: layer.emit_layer,
     Kind.BAND: band.emit,
     Kind.MODEL: model.emit_run,
@@ -23,7 +23,7 @@ def _layer_figure(result, heads, at, scale):
 
 
 FIGURES = {  # kind -> draw(result, heads, layer given or None, colour scale) -> a matplotlib Figure
-    Kind.DENSE: _layer_figure,
+    Kind.SEEDED: _layer_figure,
     Kind.LAYER: _layer_figure,
     Kind.BAND: lambda result, heads, at, scale: band.heatmap_figure(result, heads, scale),
     Kind.MODEL: lambda result, heads, at, scale: model.heatmap_figure(result, heads, at is not None, scale),

@@ -39,7 +39,7 @@ def test_run_holds_the_three_attentions_of_transformers(name, built, torch):
     for key in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
         np.testing.assert_allclose(getattr(r, key), np.stack([a[0].numpy() for a in getattr(out, key)]), atol=1e-5)
     np.testing.assert_array_equal(r.attentions, r.cross_attentions)  # the default: cross
-    assert r.tokens[0] == r.result.seq2seq["decoder_labels"][0] and len(r.tokens) == len(r.decoder_ids)
+    assert r.tokens[0] == r.result.encdec["decoder_labels"][0] and len(r.tokens) == len(r.decoder_ids)
     enc = qkv.run(SOURCE, model=str(folder), target=TARGET, attention="encoder")
     np.testing.assert_allclose(enc.layer(0).weights, out.encoder_attentions[0][0].numpy(), atol=1e-5)
     assert isinstance(qkv.heatmap(r), Figure) and isinstance(qkv.heatmap(r, layer=0), Figure)

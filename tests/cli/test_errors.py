@@ -311,10 +311,10 @@ def test_tokenizers(command, spec, fragments, tokenizer_files, in_tmp):
 
 def test_internal_errors_are_one_line_with_exit_1(monkeypatch):
     """A bug (not a user error) still gives one line, but exit code 1, so it is not mistaken for bad input."""
-    import qkv_cli.pipeline.dense
+    import qkv_cli.pipeline.seeded
 
     monkeypatch.delenv("QKV_DEBUG", raising=False)
-    monkeypatch.setattr(qkv_cli.pipeline.dense, "run", lambda *a, **k: {}["boom"])
+    monkeypatch.setattr(qkv_cli.pipeline.seeded, "run", lambda *a, **k: {}["boom"])
     result = invoke(["run", "hi", *SMALL])
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
@@ -323,12 +323,12 @@ def test_internal_errors_are_one_line_with_exit_1(monkeypatch):
 
 
 def test_memory_error_is_one_line(monkeypatch):
-    import qkv_cli.pipeline.dense
+    import qkv_cli.pipeline.seeded
 
     def oom(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(qkv_cli.pipeline.dense, "run", oom)
+    monkeypatch.setattr(qkv_cli.pipeline.seeded, "run", oom)
     assert_one_line_error(invoke(["run", "hi", *SMALL]), "out of memory", "--dtype float32")
 
 

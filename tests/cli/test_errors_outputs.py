@@ -58,8 +58,8 @@ def test_unwritable_folder(args, in_tmp, monkeypatch):
 
 def test_errors_are_checked_before_any_work(in_tmp, monkeypatch):
     """A bad output path is refused before the pipeline runs (no minutes of work lost to a typo)."""
-    import qkv_cli.pipeline.dense
+    import qkv_cli.pipeline.seeded
 
-    monkeypatch.setattr(qkv_cli.pipeline.dense, "run", lambda *a, **k: pytest.fail("the pipeline ran"))
+    monkeypatch.setattr(qkv_cli.pipeline.seeded, "run", lambda *a, **k: pytest.fail("the pipeline ran"))
     assert_one_line_error(invoke(["heatmap", "hi", "--out", "x.jpg"]), "'x.jpg'")
     assert_one_line_error(invoke(["run", "hi", "--save-npz", "nowhere/x.npz"]), "'nowhere'")

@@ -9,12 +9,12 @@ from clitools import SMALL, assert_one_line_error, invoke
 
 @pytest.fixture
 def oom(monkeypatch):
-    import qkv_cli.pipeline.dense
+    import qkv_cli.pipeline.seeded
 
     def run(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(qkv_cli.pipeline.dense, "run", run)
+    monkeypatch.setattr(qkv_cli.pipeline.seeded, "run", run)
 
 
 @pytest.mark.parametrize("given, offered, not_offered", [

@@ -3,7 +3,7 @@
 import pytest
 from kernel_cases import PATHS
 
-from qkv_cli.core import fast as kernels
+from qkv_cli.core import vectorized as kernels
 
 
 @pytest.fixture(params=list(PATHS))

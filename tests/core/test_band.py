@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qkv_cli.core import band as banded
-from qkv_cli.core import fast as kernels
+from qkv_cli.core import vectorized as kernels
 from qkv_cli.core.band import band_keys, band_to_dense, band_width, banded_attention
 from qkv_cli.core.kernels import KERNELS, attention
 from qkv_cli.errors import QkvError

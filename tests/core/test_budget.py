@@ -12,7 +12,7 @@ from qkv_cli.cli import app
 from qkv_cli.core import budget
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError, TooLargeError
-from qkv_cli.pipeline.dense import estimate, run
+from qkv_cli.pipeline.seeded import estimate, run
 
 WORDS = ["the", "animal", "did", "not", "cross", "street", "because", "it", "was", "tired", ".", ","]
 

@@ -11,7 +11,7 @@ from qkv_cli.core.embed import embed, sinusoidal_positions, token_embeddings
 from qkv_cli.core.projection import combine, concat_heads, init_projections
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 E = math.e
 P = E / (1 + E)  # softmax([1, 0])[0], worked by hand

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from qkv_cli.cli import app
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 runner = CliRunner()
 TEXT = "the quick brown fox jumps over the lazy dog"

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kernel_cases import PATHS, qkv, random_mask, reference
 
-from qkv_cli.core import fast as kernels
 from qkv_cli.core import threads
+from qkv_cli.core import vectorized as kernels
 from qkv_cli.core.kernels import KERNELS, attention, get_kernel
 from qkv_cli.core.numerics import softmax
 from qkv_cli.errors import QkvError

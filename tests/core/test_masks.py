@@ -11,7 +11,7 @@ from qkv_cli.cli import app
 from qkv_cli.core.masks import RULES, MaskSpec, additive, allowed_grid, removed_by, rule_grids
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 from qkv_cli.text.maskfile import load_mask_file
 
 runner = CliRunner()

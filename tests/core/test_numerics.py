@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from qkv_cli.cli import app
 from qkv_cli.core.kernels import KERNELS
 from qkv_cli.core.settings import Settings
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 TEXT = "The animal did not cross the street because it was too tired, said the animal."
 ARRAYS = ("H", "Q", "K", "V", "scores", "weights", "heads", "output")

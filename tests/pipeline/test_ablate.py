@@ -10,7 +10,7 @@ from qkv_cli.cli import app
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.ablate import max_change
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 runner = CliRunner()
 TEXT = "the animal did not cross the street because it was tired"

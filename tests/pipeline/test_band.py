@@ -8,7 +8,7 @@ from qkv_cli.core.band import band_to_dense
 from qkv_cli.core.settings import Settings
 from qkv_cli.core.stats import band_summary, strongest_links
 from qkv_cli.pipeline import band as longdoc
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 TEXT = "the quick brown fox jumps over the lazy dog and then it sleeps under a warm tree for a while"
 

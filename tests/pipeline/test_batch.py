@@ -10,7 +10,7 @@ from qkv_cli.cli import app
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.batch import PAD, run_batch
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 from qkv_cli.text.inputs import sentences
 
 runner = CliRunner()

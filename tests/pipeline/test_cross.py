@@ -10,7 +10,7 @@ from qkv_cli.cli import app
 from qkv_cli.core.embed import embed
 from qkv_cli.core.settings import Settings
 from qkv_cli.errors import QkvError
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 
 runner = CliRunner()
 X, Y = "the cat sat", "le chat noir mange bien"

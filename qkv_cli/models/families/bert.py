@@ -93,7 +93,7 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 @dataclass
-class Block:
+class BertLayer:
     attn: AttentionWeights
     ln1: tuple[np.ndarray, np.ndarray]  # after attention
     ffn1: Linear  # d -> d_ff
@@ -107,7 +107,7 @@ class Params:
     P: np.ndarray  # (P, d) position embeddings
     T: np.ndarray  # (types, d) token-type embeddings
     ln_emb: tuple[np.ndarray, np.ndarray]
-    blocks: list[Block]
+    blocks: list[BertLayer]
 
 
 def prepare(w, c: ModelConfig, dtype) -> Params:
@@ -128,7 +128,7 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
             out_in=True,
         )
         blocks.append(
-            Block(
+            BertLayer(
                 attn=AttentionWeights(qkv, dense(p + "attention.output.dense"), c.n_heads, c.n_kv_heads, c.d_k),
                 ln1=(v(p + "attention.output.LayerNorm.weight"), v(p + "attention.output.LayerNorm.bias")),
                 ffn1=dense(p + "intermediate.dense"),

@@ -81,7 +81,7 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 
 @dataclass
-class Block:
+class Gpt2Layer:
     ln1: tuple[np.ndarray, np.ndarray]  # before attention
     attn: AttentionWeights
     ln2: tuple[np.ndarray, np.ndarray]  # before the feed-forward
@@ -93,7 +93,7 @@ class Block:
 class Params:
     E: np.ndarray  # (V, d) wte
     P: np.ndarray  # (P, d) wpe
-    blocks: list[Block]
+    blocks: list[Gpt2Layer]
     ln_f: tuple[np.ndarray, np.ndarray]
 
 
@@ -109,7 +109,7 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
     for l in range(c.n_layers):
         p = f"h.{l}."
         blocks.append(
-            Block(
+            Gpt2Layer(
                 ln1=(v(p + "ln_1.weight"), v(p + "ln_1.bias")),
                 attn=AttentionWeights(
                     conv1d(p + "attn.c_attn"), conv1d(p + "attn.c_proj"), c.n_heads, c.n_heads, c.d_k

@@ -66,7 +66,7 @@ class ClampedSwiGLU:
 
 
 @dataclass
-class Block:
+class OssLayer:
     attn: AttentionWeights
     norms: dict  # "attn_in", "mlp_in" -> decoder.Norm
     sinks: np.ndarray  # [tau] s_j
@@ -122,7 +122,7 @@ def prepare(w, c: ModelConfig, dtype) -> decoder.Params:
     return decoder.prepare(w, c, dtype, tensor_names(c), prepare_block)
 
 
-def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
+def prepare_block(w, c: ModelConfig, names: dict, l: int) -> OssLayer:
     p = f"{l}."
 
     def get(role):
@@ -136,10 +136,10 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int) -> Block:
     experts = ClampedSwiGLU(get("experts.gate_up.w"), get("experts.gate_up.b"), get("experts.down.w"),
                             get("experts.down.b"), alpha, limit)  # fmt: skip
     moe = moe_config.weights(lambda role: w(names[role]) if role in names else None, c, l, experts)
-    return Block(attn, norms, get("sinks"), moe)
+    return OssLayer(attn, norms, get("sinks"), moe)
 
 
-def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64, start: int = 0):
+def hooks(c: ModelConfig, layer: int, blk: OssLayer | None = None, m: int = 0, dtype=np.float64, start: int = 0):
     """The shared decoder's hooks (scale, YaRN RoPE) and the layer's sink logits."""
     return decoder.hooks(c, layer, None, m, dtype, start)._replace(sinks=None if blk is None else blk.sinks)
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from qkv_cli.errors import QkvError
 
-if TYPE_CHECKING:  # models.layers.options imports NumPy (through RoPE); a config needs its types only
-    from qkv_cli.models.families.encdec.config import Seq2SeqOptions
+if TYPE_CHECKING:  # models.layers.choices imports NumPy (through RoPE); a config needs its types only
+    from qkv_cli.models.families.encdec.config import EncDecOptions
+    from qkv_cli.models.layers.choices import Attention, Embeddings, Mlp, Norms, Positions
     from qkv_cli.models.layers.mla import Latent
-    from qkv_cli.models.layers.options import Attention, Embeddings, Mlp, Norms, Positions
 
 REQUIRED = object()
 MAX_LAYERS = 4096  # declared sizes beyond these are refused before anything is allocated for them
@@ -59,14 +59,14 @@ class ModelConfig:
     type_vocab_size: int = 0  # bert: token-type (segment) embeddings
     scale_attn_weights: bool = True  # gpt2: divide scores by sqrt(d_k)
     scale_by_layer: bool = False  # gpt2: also divide by (layer index + 1)
-    # a RoPE decoder's options, one per concern (models.layers.options; None for BERT and GPT-2)
+    # a RoPE decoder's options, one per concern (models.layers.choices; None for BERT and GPT-2)
     attention: Attention | None = None
     rope: Positions | None = None
     mlp: Mlp | None = None
     norms: Norms | None = None
     embeddings: Embeddings | None = None
     latent: Latent | None = None  # multi-head latent attention's widths (DeepSeek-V3: models.layers.mla)
-    seq2seq: Seq2SeqOptions | None = None  # an encoder-decoder's decoder sizes and family options (T5, BART ...)
+    encdec: EncDecOptions | None = None  # an encoder-decoder's decoder sizes and family options (T5, BART ...)
     eos: tuple[int, ...] = ()  # end-of-sequence token ids (generate stops there)
     name: str = ""
 

@@ -21,7 +21,7 @@ HEAD_BLOCK_ROWS = 8192  # rows of W_out read at a time when the head is not kept
 
 
 class Layers(Sequence):
-    """Layer l's weights (a family's Block), built by build(l) on first use; `resident` of them stay."""
+    """Layer l's weights (a family's DecoderLayer), built by build(l) on first use; `resident` of them stay."""
 
     def __init__(self, build: Callable[[int], object], n: int, layer_bytes: Sequence[int]):
         self._build, self._n = build, n

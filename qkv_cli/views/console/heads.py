@@ -95,7 +95,7 @@ def role_stats(results: list, options: dict, layers=()) -> tuple[list, str]:
 
 
 def query_ids(run):  # (m,): an encoder-decoder's decoder attention reads the target's ids, not the source's (ids)
-    return run.ids if run.seq2seq is None else run.tokens.ids
+    return run.ids if run.encdec is None else run.tokens.ids
 
 
 def chosen_layers(layers, count: int) -> list[int]:

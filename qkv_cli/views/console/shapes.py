@@ -187,7 +187,7 @@ def emit_model(sh, fmt: str) -> None:
     else:
         per_token = kv_cache_bytes(L, G, dk, ITEMSIZE[dtype])
         sizes = f"L={L} x G={G} x d_k={dk} x {ITEMSIZE[dtype]} bytes"
-        whose = " (the decoder's; the encoder's keys and values are computed once)" if c.seq2seq is not None else ""
+        whose = " (the decoder's; the encoder's keys and values are computed once)" if c.encdec is not None else ""
         console.print(Text(f"KV cache{whose}: 2 (K, V) x {sizes} = {per_token:,} bytes per token over all layers; "
                            f"{m * per_token:,} bytes for m={m} tokens"))  # fmt: skip
     if scale_words(c.d_k, scale, softcap):  # not plain Q K^T / sqrt(d_k): say what the scores are
@@ -198,10 +198,10 @@ def emit_model(sh, fmt: str) -> None:
 
 def cache_sizes(c) -> tuple[int, int, int]:
     """(L, G, d_k) of the KV cache: an encoder-decoder's is its decoder's (the encoder's keys are computed once)."""
-    if c.seq2seq is None:
+    if c.encdec is None:
         return c.n_layers, c.n_kv_heads, c.d_k
-    tau = c.seq2seq.dec_heads
-    return c.seq2seq.dec_layers, tau, c.seq2seq.dec_d_k or c.d // tau
+    tau = c.encdec.dec_heads
+    return c.encdec.dec_layers, tau, c.encdec.dec_d_k or c.d // tau
 
 
 def kv_cache_bytes(layers: int, G: int, dk: int, itemsize: int) -> int:

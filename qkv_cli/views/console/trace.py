@@ -95,7 +95,7 @@ def attend(Q, K, V, mask, scale, cap, sink=None):  # one head: -> (S before the 
 
 
 def trace(result, head: int = 0) -> Trace:
-    """Every step of head `head` for a DENSE or LAYER Result, recomputed with the textbook formulas."""
+    """Every step of head `head` for a SEEDED or LAYER Result, recomputed with the textbook formulas."""
     tau, G = result.tau, result.G
     check_head(head, tau)
     g = kv_head_of(head, tau, G)

@@ -36,7 +36,7 @@ def checkpoint_extras(run: Result) -> dict:
     return {"ids": [int(i) for i in run.ids], "attentions": run.attentions, "attention_layers": kept,
             "attention_heads": heads, "rows": rows, "layer_types": list(run.layer_types),
             "last_hidden_state": run.last_hidden_state, "kv_heads": first.G, "head_dim": first.d_k,
-            **(run.seq2seq or {}), **_routing(run),
+            **(run.encdec or {}), **_routing(run),
             **({} if run.sinks is None else {"sinks": run.sinks})}  # fmt: skip
 
 
@@ -49,7 +49,7 @@ def _routing(run: Result) -> dict:
 
 
 def layer_arrays(result: Result) -> dict:
-    """One attention layer (DENSE or LAYER): the export schema, plus what the run adds (context, biases, RoPE)."""
+    """One attention layer (SEEDED or LAYER): the export schema, plus what the run adds (context, biases, RoPE)."""
     out = {"tokens": np.array(list(result.tokens.strings), dtype=str), "labels": np.array(result.labels, dtype=str)}
     for name in SCHEMA[1:]:
         out[name] = getattr(result, name)
@@ -111,7 +111,7 @@ def batch_arrays(batch: Result) -> dict:
     return out
 
 
-ARRAYS = {Kind.DENSE: layer_arrays, Kind.LAYER: layer_arrays, Kind.MODEL: model_arrays, Kind.BAND: band_arrays,
+ARRAYS = {Kind.SEEDED: layer_arrays, Kind.LAYER: layer_arrays, Kind.MODEL: model_arrays, Kind.BAND: band_arrays,
           Kind.BATCH: batch_arrays}  # fmt: skip
 
 

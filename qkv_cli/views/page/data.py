@@ -150,7 +150,7 @@ def sentence(name, queries, keys, layers, masks, stats) -> dict:
 
 
 def dense_sentence(r, name: str = "") -> dict:
-    """A DENSE (or LAYER) Result: one layer, its scores kept (the page derives the weights from them)."""
+    """A SEEDED (or LAYER) Result: one layer, its scores kept (the page derives the weights from them)."""
     from qkv_cli.views.page.stats import layer_stats
 
     masked = r.masked

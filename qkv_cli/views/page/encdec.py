@@ -38,7 +38,7 @@ def _stats(attention: str, weights, masked, ids, labels) -> dict:
 
 
 def _sentence(run, attention: str) -> dict:
-    extra, info = run.seq2seq, run.model
+    extra, info = run.encdec, run.model
     weights = np.asarray(extra[f"{attention}_attentions"])  # (L, tau, m, n)
     L, tau, m, n = weights.shape
     src, dec = extra["source_labels"], extra["decoder_labels"]
@@ -63,8 +63,8 @@ def _sentence(run, attention: str) -> dict:
     return out
 
 
-def seq2seq_page(run) -> dict:
-    """page_data's doc (less its shared keys) for a MODEL Result of pipeline.seq2seq.run."""
+def encdec_page(run) -> dict:
+    """page_data's doc (less its shared keys) for a MODEL Result of pipeline.encdec.run."""
     sentences = [_sentence(run, a) for a in ORDER]
     first = ORDER.index(run.model.layer_type.removesuffix("_attention"))
     meta = sentences[first]["meta"]
@@ -78,7 +78,7 @@ def seq2seq_page(run) -> dict:
 
 
 def generation_page(gen, layer: int | None = None) -> dict:
-    """page_data's doc for an encoder-decoder's writing (pipeline.seq2seq.generate): row t is the token written at
+    """page_data's doc for an encoder-decoder's writing (pipeline.encdec.generate): row t is the token written at
     step t, its weights the cross-attention of the query that wrote it over the source; every layer and head."""
     steps, L, tau, n = gen.step_attentions.shape
     line = (f"{gen.model.name} ({gen.model.family}) decoder L={L} tau={tau}: wrote {steps} tokens greedily from a "

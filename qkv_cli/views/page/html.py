@@ -60,10 +60,10 @@ def dense_page(r: Result) -> dict:
 def model_page(run: Result) -> dict:
     from qkv_cli.core.gqa import kv_heads_of
 
-    if run.seq2seq is not None:  # an encoder-decoder: its three attentions, with a switch
-        from qkv_cli.views.page.encdec import seq2seq_page
+    if run.encdec is not None:  # an encoder-decoder: its three attentions, with a switch
+        from qkv_cli.views.page.encdec import encdec_page
 
-        return seq2seq_page(run)
+        return encdec_page(run)
 
     first, info = run.first_layer(), run.model
     L, tau = run.attentions.shape[:2]
@@ -113,9 +113,9 @@ def generation_page(gen: Result, kv_heads: int | None = None, layer: int | None 
     steps, L, tau, n = gen.step_attentions.shape
     info, P, G = gen.model, gen.prompt_len, kv_heads or tau
     if gen.context is not None:  # an encoder-decoder: each written token's cross-attention over the source
-        from qkv_cli.views.page.encdec import generation_page as seq2seq_page
+        from qkv_cli.views.page.encdec import generation_page as encdec_page
 
-        return seq2seq_page(gen, layer)
+        return encdec_page(gen, layer)
     line = (f"{info.name} ({info.family}) L={L} tau={tau}" + (f" G={G}" if G != tau else "")
             + f" wrote {steps} tokens after a prompt of {P}, kernel={gen.kernel}, KV cache "
             + human(gen.cache_bytes))  # fmt: skip
@@ -151,7 +151,7 @@ def attribution_page(r: Result) -> dict:
     return {"title": f"{who}{r.method}, layer {layer_of(r)}", **meta, "sentences": [html_data.attribution_sentence(r)]}
 
 
-PAGES = {Kind.DENSE: dense_page, Kind.LAYER: dense_page, Kind.MODEL: model_page, Kind.BAND: band_page,
+PAGES = {Kind.SEEDED: dense_page, Kind.LAYER: dense_page, Kind.MODEL: model_page, Kind.BAND: band_page,
          Kind.BATCH: batch_page, Kind.GENERATION: generation_page, Kind.ATTRIBUTION: attribution_page}  # fmt: skip
 
 

@@ -62,7 +62,7 @@ def role_short() -> dict:
 
 
 def layer_stats(r) -> dict:
-    """One attention layer (DENSE or LAYER), as `qkv heads` computes it; cross-attention: entropy and peak only."""
+    """One attention layer (SEEDED or LAYER), as `qkv heads` computes it; cross-attention: entropy and peak only."""
     if r.is_cross:
         rows = head_summary(r.weights, live_rows=~r.empty_rows, cross=True)
         return _table([rows], CROSS_COLUMNS, False, "cross-attention: keys come from the context, so distance, "

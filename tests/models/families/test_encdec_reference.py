@@ -43,7 +43,7 @@ def test_float32_attentions_match_transformers_eager(name, built, torch):
     for src, tgt in zip(SOURCES, TARGETS, strict=True):
         dec = [ours.start_id, *tgt]
         ref = reference(torch, model, src, dec)
-        run = ours.seq2seq(src, dec)
+        run = ours.teacher_forced(src, dec)
         assert run.cross[0].weights.dtype == np.float32
         peaks += [a.weights.max() for a in run.cross if a.weights.shape[-1] > 1]
         compare(run, ref, 1e-5, name)
@@ -63,7 +63,7 @@ def test_float64_attentions_match_transformers_float64(name, built, torch, trans
         for src, tgt in zip(SOURCES, TARGETS, strict=True):
             dec = [ours.start_id, *tgt]
             ref = reference(torch, twin, src, dec)
-            compare(ours.seq2seq(src, dec), ref, 1e-10, name)
+            compare(ours.teacher_forced(src, dec), ref, 1e-10, name)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -89,6 +89,6 @@ def test_generation_cross_rows_equal_the_teacher_forced_pass(name, built):
     ours = load_model(folder, dtype="float64")
     src = SOURCES[0]
     ids, _, rows = ours.generate(src, 6)
-    run = ours.seq2seq(src, [ours.start_id, *ids[:-1].tolist()])
+    run = ours.teacher_forced(src, [ours.start_id, *ids[:-1].tolist()])
     full = np.stack([c.weights for c in run.cross])  # (L, tau, m, n)
     np.testing.assert_allclose(rows, full.transpose(2, 0, 1, 3), atol=1e-12)

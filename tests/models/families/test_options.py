@@ -11,7 +11,7 @@ import pytest
 from qkv_cli.errors import QkvError
 from qkv_cli.models import FAMILIES, config_from_dict
 from qkv_cli.models.families.registry import OPTIONAL, PROTOCOL, encoder_decoders, family_for
-from qkv_cli.models.layers.options import Attention, Embeddings, Mlp, Norms, Positions
+from qkv_cli.models.layers.choices import Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.layers.rope import KINDS, Rope, inv_freq
 
 BASE = {"model_type": "llama", "hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2,

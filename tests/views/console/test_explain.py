@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from qkv_cli.cli import app
 from qkv_cli.core.numerics import softmax as softmax_rows
 from qkv_cli.core.settings import Settings
-from qkv_cli.pipeline.dense import run
+from qkv_cli.pipeline.seeded import run
 from qkv_cli.views.console.trace import trace
 from qkv_cli.views.console.zoom import query_zoom
 

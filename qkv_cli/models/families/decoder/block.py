@@ -13,7 +13,7 @@ SmolLM3, Phi-3, DeepSeek-V3.
          (DeepSeek-V3: multi-head latent attention, K and V decompressed from one latent per token: models.layers.mla)
     last: N_f(x_L)
 
-What differs between families is a named, typed option of ModelConfig (models.layers.options: attention, rope, mlp,
+What differs between families is a named, typed option of ModelConfig (models.layers.choices: attention, rope, mlp,
 norms, embeddings), read by decoder_config from each family module's Spec; nothing here tests a family's name.
 """
 
@@ -62,7 +62,7 @@ class Norm:
 
 
 @dataclass
-class Block:
+class DecoderLayer:
     attn: AttentionWeights  # or models.layers.mla.LatentWeights (multi-head latent attention)
     norms: dict  # "attn_in", "attn_out", "mlp_in", "mlp_out", "qnorm", "knorm" -> Norm (absent: not used)
     up: Linear | None  # d -> d_ff (None: a MoE layer)
@@ -74,7 +74,7 @@ class Block:
 @dataclass
 class Params:
     E: RowMatrix  # (V, d) token embeddings, read by rows
-    blocks: Sequence[Block]  # models.formats.stream.Layers: layer l built on first use
+    blocks: Sequence[DecoderLayer]  # models.formats.stream.Layers: layer l built on first use
     final: Norm
     head: RowMatrix | None  # (V, d) output matrix W_out (tied: E); None: the checkpoint has none
 
@@ -98,7 +98,9 @@ def rope_of(c: ModelConfig, layer: int) -> rope.Rope | None:
     return c.rope.of(layer_type(c, layer), layer)
 
 
-def hooks(c: ModelConfig, layer: int, blk: Block | None = None, m: int = 0, dtype=np.float64, start: int = 0) -> Hooks:
+def hooks(
+    c: ModelConfig, layer: int, blk: DecoderLayer | None = None, m: int = 0, dtype=np.float64, start: int = 0
+) -> Hooks:
     """The attention hooks of a layer: scale, RoPE at positions start..start+m-1, QK-norm and soft-capping."""
     rotate = None
     if m and rope_of(c, layer) is not None:
@@ -177,7 +179,7 @@ def _norm(w, c: ModelConfig, names: dict, role: str) -> Norm | None:
     return Norm(w(names[role + ".w"]), b, c.norm_eps, c.norms.offset)
 
 
-def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Block:
+def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> DecoderLayer:
     """Layer l's tensors, cast, in the shapes the forward pass uses ([W^q | W^k | W^v] fused); a MoE layer's router,
     experts and shared expert(s) as moe_config.weights reads them. experts(get, l): a family's own experts (Llama
     4's stacked ones)."""
@@ -221,8 +223,8 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Block
         attn = AttentionWeights(qkv, linear(p + "o"), tau, c.n_kv_heads, dk)
     if p + "router.w" in names:  # a mixture of experts instead of the MLP
         moe = moe_config.weights(get, c, l, None if experts is None else experts(get, l))
-        return Block(attn, norms, None, None, None, moe)
-    return Block(attn, norms, up, gate, linear(p + "down"))
+        return DecoderLayer(attn, norms, None, None, None, moe)
+    return DecoderLayer(attn, norms, up, gate, linear(p + "down"))
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)

@@ -2,7 +2,7 @@
 older files do (`rope_theta`, `rope_scaling`, `rotary_pct`, `sliding_window_pattern`, `rope_local_base_freq`).
 
 A family module calls `read(keys, SPEC)` with the Spec that makes it what it is; the result is the ModelConfig
-fields, the family's choices as the typed options of models.layers.options (attention, rope, mlp, norms, embeddings).
+fields, the family's choices as the typed options of models.layers.choices (attention, rope, mlp, norms, embeddings).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from qkv_cli.errors import QkvError
 from qkv_cli.models.families.decoder import moe as moe_config
 from qkv_cli.models.formats.config import GGUF_ONLY, MAX_LAYERS, MAX_WIDTH, check_limits
-from qkv_cli.models.layers.options import CHUNKED, FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
+from qkv_cli.models.layers.choices import CHUNKED, FULL, SLIDING, Attention, Embeddings, Mlp, Norms, Positions
 from qkv_cli.models.layers.rope import Rope
 
 SLIDING_RULES = (None, "all", "qwen", "alternate", "pattern", "nope", "switch", "chunk")

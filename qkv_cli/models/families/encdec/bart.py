@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.families.encdec.config import Seq2SeqOptions
+from qkv_cli.models.families.encdec.config import EncDecOptions
 from qkv_cli.models.formats.config import Param
 from qkv_cli.models.layers import encdec as BASE
 from qkv_cli.models.layers.basic import Linear
@@ -49,7 +49,7 @@ def read_config(keys, learned_positions: bool = True, scale_default: bool = Fals
     return {
         "n_layers": Le, "n_heads": tau, "d": d, "d_ff": dff, "vocab_size": vocab, "max_positions": positions,
         "norm_eps": 1e-5, "activation": ACTIVATIONS[act],
-        "seq2seq": Seq2SeqOptions(dec_layers=Ld, dec_heads=dec_tau, dec_ff=dec_ff, start=start,
+        "encdec": EncDecOptions(dec_layers=Ld, dec_heads=dec_tau, dec_ff=dec_ff, start=start,
                                   dec_positions=positions, dec_positions_key="max_position_embeddings",
                                   embed_scale=math.sqrt(d) if keys.bool("scale_embedding", scale_default) else 1.0,
                                   learned_positions=learned_positions),
@@ -57,13 +57,13 @@ def read_config(keys, learned_positions: bool = True, scale_default: bool = Fals
 
 
 def _sides(c):  # (side, layers, heads, d_ff)
-    return (("encoder", c.n_layers, c.n_heads, c.d_ff), ("decoder", c.seq2seq.dec_layers, c.seq2seq.dec_heads,
-            c.seq2seq.dec_ff))  # fmt: skip
+    return (("encoder", c.n_layers, c.n_heads, c.d_ff), ("decoder", c.encdec.dec_layers, c.encdec.dec_heads,
+            c.encdec.dec_ff))  # fmt: skip
 
 
 def tensor_shapes(c) -> dict:
     d = c.d
-    learned = c.seq2seq.learned_positions
+    learned = c.encdec.learned_positions
     shapes = {"model.shared.weight": (c.vocab_size, d), "final_logits_bias": (1, c.vocab_size)}
     for side, L, _, dff in _sides(c):
         s = f"model.{side}."
@@ -87,7 +87,7 @@ def parameter_table(c) -> list[Param]:
     d, V = c.d, c.vocab_size
     (_, Le, tau, dff), (_, Ld, dtau, dff_d) = _sides(c)
     out = [Param("shared", "E", (V, d), 1, "token vectors, shared by encoder, decoder and head")]
-    if c.seq2seq.learned_positions:
+    if c.encdec.learned_positions:
         out += [Param("embed_positions", "P", (c.max_positions + POSITION_OFFSET, d), 2, "learned position vectors "
                       "(encoder, decoder; row p + 2 for position p)"),
                 Param("layernorm_embedding", "gamma, beta", (2, d), 2, "embedding LayerNorm")]  # fmt: skip
@@ -150,5 +150,5 @@ def prepare(w, c, dtype, positions=None) -> Params:
         else:
             stacks.append(Stack(layers, positions))
     E = w("model.shared.weight")
-    opts = Options(scale=None, pre_norm=False, embed_scale=c.seq2seq.embed_scale)
+    opts = Options(scale=None, pre_norm=False, embed_scale=c.encdec.embed_scale)
     return Params(E, stacks[0], stacks[1], E, w("final_logits_bias").reshape(-1), opts)

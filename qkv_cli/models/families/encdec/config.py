@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Seq2SeqOptions:
+class EncDecOptions:
     dec_layers: int  # L_dec
     dec_heads: int  # the decoder's tau (self- and cross-attention)
     start: int  # decoder_start_token_id: what the decoder reads first

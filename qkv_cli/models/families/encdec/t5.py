@@ -9,7 +9,7 @@ logits = (X d^-0.5) E^T                   when the head is tied to the embedding
 from __future__ import annotations
 
 from qkv_cli.errors import QkvError
-from qkv_cli.models.families.encdec.config import Seq2SeqOptions
+from qkv_cli.models.families.encdec.config import EncDecOptions
 from qkv_cli.models.formats.config import Param
 from qkv_cli.models.layers import encdec as BASE
 from qkv_cli.models.layers.basic import Linear
@@ -45,7 +45,7 @@ def read_config(keys) -> dict:
         "head_dim": keys.int("d_kv"), "vocab_size": keys.int("vocab_size"), "max_positions": positions,
         "positions_key": "n_positions", "norm_eps": keys.number("layer_norm_epsilon", 1e-6),
         "activation": FF_ACTIVATIONS[act],
-        "seq2seq": Seq2SeqOptions(dec_layers=keys.int("num_decoder_layers", layers), dec_heads=heads, gated=gated,
+        "encdec": EncDecOptions(dec_layers=keys.int("num_decoder_layers", layers), dec_heads=heads, gated=gated,
                                   buckets=buckets, max_distance=distance, start=keys.int("decoder_start_token_id", 0),
                                   dec_positions=positions, dec_positions_key="n_positions",
                                   scale_head=bool(keys.raw.get("scale_decoder_outputs", tied)),
@@ -55,16 +55,16 @@ def read_config(keys) -> dict:
 
 def _layers(c) -> list[tuple[str, int, bool]]:  # (prefix, index of the feed-forward sub-layer, decoder?)
     return [(f"encoder.block.{l}.", 1, False) for l in range(c.n_layers)] + [
-        (f"decoder.block.{l}.", 2, True) for l in range(c.seq2seq.dec_layers)]  # fmt: skip
+        (f"decoder.block.{l}.", 2, True) for l in range(c.encdec.dec_layers)]  # fmt: skip
 
 
 def tensor_shapes(c) -> dict:
     d, inner, dff, tau = c.d, c.n_heads * c.d_k, c.d_ff, c.n_heads
     shapes = {"shared.weight": (c.vocab_size, d), "encoder.final_layer_norm.weight": (d,),
               "decoder.final_layer_norm.weight": (d,)}  # fmt: skip
-    for side, L in (("encoder", c.n_layers), ("decoder", c.seq2seq.dec_layers)):
+    for side, L in (("encoder", c.n_layers), ("decoder", c.encdec.dec_layers)):
         for l in range(L if c.family == "umt5" else 1):  # UMT5: a table per layer; T5: layer 0's, shared
-            shapes[f"{side}.block.{l}.layer.0.SelfAttention.relative_attention_bias.weight"] = (c.seq2seq.buckets, tau)
+            shapes[f"{side}.block.{l}.layer.0.SelfAttention.relative_attention_bias.weight"] = (c.encdec.buckets, tau)
     for p, ff, dec in _layers(c):
         attns = ["layer.0.SelfAttention"] + (["layer.1.EncDecAttention"] if dec else [])
         for a in attns:
@@ -72,21 +72,21 @@ def tensor_shapes(c) -> dict:
         for i in range(ff + 1):
             shapes[f"{p}layer.{i}.layer_norm.weight"] = (d,)
         f = f"{p}layer.{ff}.DenseReluDense."
-        wi = ("wi_0", "wi_1") if c.seq2seq.gated else ("wi",)
+        wi = ("wi_0", "wi_1") if c.encdec.gated else ("wi",)
         shapes.update({f + w + ".weight": (dff, d) for w in wi} | {f + "wo.weight": (d, dff)})
     return shapes
 
 
 def parameter_table(c) -> list[Param]:
     d, dk, dff = c.d, c.d_k, c.d_ff
-    Le, Ld, tau = c.n_layers, c.seq2seq.dec_layers, c.n_heads
-    n_wi = 2 if c.seq2seq.gated else 1
+    Le, Ld, tau = c.n_layers, c.encdec.dec_layers, c.n_heads
+    n_wi = 2 if c.encdec.gated else 1
     return [
         Param("shared", "E", (c.vocab_size, d), 1, "token vectors, shared by encoder, decoder and head"),
         Param(
             "relative_attention_bias",
             "b",
-            (c.seq2seq.buckets, tau),
+            (c.encdec.buckets, tau),
             Le + Ld if c.family == "umt5" else 2,
             "bias per distance bucket and head (UMT5: every layer; else encoder, decoder)",
         ),  # fmt: skip
@@ -104,7 +104,7 @@ def parameter_table(c) -> list[Param]:
         Param("rms_gamma", "gamma", (d,), 2 * Le + 3 * Ld + 2, "RMSNorm scale (before each sub-layer, final)"),
         Param("W_i", "W_i", (d, dff), n_wi * (Le + Ld), "feed-forward expansion" + (" (gelu and gate)" * (n_wi > 1))),
         Param("W_2", "W_o^ff", (dff, d), Le + Ld, "feed-forward projection back to d"),
-        *([Param("lm_head", "W^head", (d, c.vocab_size), 1, "output head")] if not c.seq2seq.scale_head else []),
+        *([Param("lm_head", "W^head", (d, c.vocab_size), 1, "output head")] if not c.encdec.scale_head else []),
     ]
 
 
@@ -121,7 +121,7 @@ def prepare(w, c, dtype) -> Params:
     enc, dec = [], []
     for p, ff, is_dec in _layers(c):
         f = f"{p}layer.{ff}.DenseReluDense."
-        gated = c.seq2seq.gated
+        gated = c.encdec.gated
         ffn = FeedForward(lin(f + ("wi_0" if gated else "wi")), lin(f + "wo"), c.activation,
                           lin(f + "wi_1") if gated else None)  # fmt: skip
         layer = Layer(proj(p + "layer.0.SelfAttention"), norm(p + "layer.0.layer_norm"), ffn,
@@ -137,7 +137,7 @@ def prepare(w, c, dtype) -> Params:
         return Stack(layers, buckets=tables[0], layer_buckets=per_layer, final_norm=norm(f"{side}.final_layer_norm"))
 
     E = w("shared.weight")
-    head = w("__head__") if "__head__" in w and not c.seq2seq.scale_head else E
-    opts = Options(scale=1.0, pre_norm=True, num_buckets=c.seq2seq.buckets, max_distance=c.seq2seq.max_distance,
-                   head_scale=c.d**-0.5 if c.seq2seq.scale_head else 1.0)  # fmt: skip
+    head = w("__head__") if "__head__" in w and not c.encdec.scale_head else E
+    opts = Options(scale=1.0, pre_norm=True, num_buckets=c.encdec.buckets, max_distance=c.encdec.max_distance,
+                   head_scale=c.d**-0.5 if c.encdec.scale_head else 1.0)  # fmt: skip
     return Params(E, stack("encoder", enc), stack("decoder", dec), head, None, opts)

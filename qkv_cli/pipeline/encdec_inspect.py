@@ -1,5 +1,5 @@
 """qkv heads and qkv attribute on an encoder-decoder (T5, BART, Marian): one of its self-attentions, or a layer of
-its cross-attention, through the same teacher-forced pass as qkv run --target (pipeline.seq2seq).
+its cross-attention, through the same teacher-forced pass as qkv run --target (pipeline.encdec).
 
     heads      --attention encoder (the source, n x n) or decoder (the target, m x m, causal): the head roles
                compare positions of one text, so cross-attention (keys from another text) has none
@@ -17,25 +17,25 @@ from qkv_cli.errors import QkvError
 
 def each(model, texts: list[str], req) -> list[Result]:
     """qkv heads: one MODEL Result per text, of the self-attention --attention names (encoder or decoder)."""
-    from qkv_cli.pipeline import seq2seq
+    from qkv_cli.pipeline import encdec
 
-    seq2seq.check_model(model, req.target, req.attention)
+    encdec.check_model(model, req.target, req.attention)
     attention = req.attention or "cross"
     if attention == "cross":
         raise QkvError("qkv heads reads self-attention (self, previous and first token are positions of one text): "
                        "give --attention encoder (the source) or decoder (the target)")  # fmt: skip
     if req.chat is not None:
         raise QkvError(f"--chat uses a chat template: {model.name} is an encoder-decoder and has none")
-    return [seq2seq.run(model, t, req.target, attention, settings=req.settings, max_memory=req.max_memory)
+    return [encdec.run(model, t, req.target, attention, settings=req.settings, max_memory=req.max_memory)
             for t in texts]  # fmt: skip
 
 
 def attribute(model, text: str, req) -> Result:
     """qkv attribute: rollout or value-norm of layer --layer (default the last) of the attention --attention names."""
-    from qkv_cli.pipeline import seq2seq
+    from qkv_cli.pipeline import encdec
     from qkv_cli.pipeline.attribution import rollout, value_norms, value_vectors
 
-    seq2seq.check_model(model, req.target, req.attention)
+    encdec.check_model(model, req.target, req.attention)
     attention = req.attention or "cross"
     if req.chat is not None:
         raise QkvError(f"--chat uses a chat template: {model.name} is an encoder-decoder and has none")
@@ -46,7 +46,7 @@ def attribute(model, text: str, req) -> Result:
         raise QkvError("--method rollout multiplies self-attention layer by layer: cross-attention's keys are the "
                        "source, not the previous layer's queries; give --attention encoder or decoder, or use "
                        "--method value-norm")  # fmt: skip
-    run = seq2seq.run(model, text, req.target, attention, layers=req.layers, max_memory=req.max_memory)
+    run = encdec.run(model, text, req.target, attention, layers=req.layers, max_memory=req.max_memory)
     L = min(run.layers)
     out = attributed(run.layers[L], method=req.method, ids=np.asarray(run.layers[L].tokens.ids))
     if req.method == "rollout":
@@ -63,12 +63,12 @@ def mask_grid(model, text: str, target: str | None, attention: str | None, layer
     from qkv_cli.core import masks
     from qkv_cli.models import select_layers
     from qkv_cli.models.encdec_model import check_side
-    from qkv_cli.pipeline import seq2seq
+    from qkv_cli.pipeline import encdec
     from qkv_cli.pipeline.maskgrid import MaskGrid, check_cells
 
-    seq2seq.check_model(model, target, attention)
+    encdec.check_model(model, target, attention)
     attention = check_side(attention or "cross")
-    src, dec = model.tokenize(text), seq2seq.decoder_tokens(model, target)
+    src, dec = model.tokenize(text), encdec.decoder_tokens(model, target)
     queries, keys = (src, src) if attention == "encoder" else (dec, src if attention == "cross" else dec)
     m, n = len(queries.labels), len(keys.labels)
     check_cells(m, n)

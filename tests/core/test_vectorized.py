@@ -7,9 +7,9 @@ import pytest
 from helpers import build_mask
 from kernel_cases import PATHS, qkv, random_mask, reference
 
-from qkv_cli.core import fast as kernels
-from qkv_cli.core.fast import plan_blocks
+from qkv_cli.core import vectorized as kernels
 from qkv_cli.core.kernels import attention
+from qkv_cli.core.vectorized import plan_blocks
 
 # ---- the mask planner: causal and banded fast paths, taken exactly when the mask allows them --------------
 

@@ -14,9 +14,9 @@ from qkv_cli.core.shapes import matrices
 
 def encdec_matrices(c, m: int, n: int) -> list:
     """Every matrix of one layer of each attention, named encoder.*, decoder.*, cross.*; m target, n source tokens."""
-    scale = None if c.seq2seq.scaled else 1.0  # T5 does not divide by sqrt(d_k)
-    tau_dec = c.seq2seq.dec_heads
-    dk_dec = c.seq2seq.dec_d_k or c.d // tau_dec
+    scale = None if c.encdec.scaled else 1.0  # T5 does not divide by sqrt(d_k)
+    tau_dec = c.encdec.dec_heads
+    dk_dec = c.encdec.dec_d_k or c.d // tau_dec
     parts = (
         ("encoder", matrices(c.d, c.n_heads, n, None, None, d_k=c.d_k, scale=scale,
                              input_meaning=f"encoder layer input: n={n} source tokens")),

@@ -38,7 +38,7 @@ def attend_(weights, fill, ones, Q, Qs, s, sink=None):  # in place: weights <- S
         softmax_(weights, sink)
 
 
-class Block(NamedTuple):
+class RowBlock(NamedTuple):
     """Rows i0:i1 compute key columns c0:c1 only (the mask is -inf elsewhere) and add the mask on ``adds``."""
 
     i0: int
@@ -53,7 +53,7 @@ def _span(row):  # [n] -> (first, last) column that is not -inf, or None for an 
     return (int(allowed[0]), int(allowed[-1])) if allowed.size else None
 
 
-def plan_blocks(mask, m, n, rows):  # [m, n] or None -> list[Block]
+def plan_blocks(mask, m, n, rows):  # [m, n] or None -> list[RowBlock]
     """Split the m query rows into blocks of ``rows`` and find, per block, what the mask lets us skip.
 
     The guess comes from the first and the last row: row i may attend to columns L(i)..U(i) with
@@ -66,10 +66,10 @@ def plan_blocks(mask, m, n, rows):  # [m, n] or None -> list[Block]
     """
     starts = range(0, m, rows)
     if mask is None:
-        return [Block(i0, min(i0 + rows, m), 0, n, ()) for i0 in starts]
+        return [RowBlock(i0, min(i0 + rows, m), 0, n, ()) for i0 in starts]
     first, last = _span(mask[0]), _span(mask[m - 1])
     if first is None or last is None:  # nothing to guess from: add the mask everywhere
-        return [Block(i0, min(i0 + rows, m), 0, n, ((0, n),)) for i0 in starts]
+        return [RowBlock(i0, min(i0 + rows, m), 0, n, ((0, n),)) for i0 in starts]
     (L0, U0), (L1, U1) = first, last
 
     def lo(i):
@@ -84,14 +84,14 @@ def plan_blocks(mask, m, n, rows):  # [m, n] or None -> list[Block]
         c0, c1 = lo(i0), hi(i1 - 1)
         block = mask[i0:i1]
         if c0 >= c1 or (c0 > 0 and block[:, :c0].max() != -np.inf) or (c1 < n and block[:, c1:].max() != -np.inf):
-            plan.append(Block(i0, i1, 0, n, ((0, n),)))  # the guess failed: every column, mask added everywhere
+            plan.append(RowBlock(i0, i1, 0, n, ((0, n),)))  # the guess failed: every column, mask added everywhere
             continue
         z0, z1 = max(lo(i1 - 1), c0), min(hi(i0), c1)  # columns every row of the block may see
         if z0 < z1 and not block[:, z0:z1].any():  # any() is True for a nonzero or a NaN entry
             adds = tuple((a, b) for a, b in ((c0, z0), (z1, c1)) if a < b)
         else:
             adds = ((c0, c1),)
-        plan.append(Block(i0, i1, c0, c1, adds))
+        plan.append(RowBlock(i0, i1, c0, c1, adds))
     return plan
 
 

@@ -22,15 +22,9 @@ from qkv_cli.text.tokens import decode
 HINTS = "fewer --layer, --dtype float32, or a shorter source or target"
 
 
-def is_encdec(model) -> bool:
-    from qkv_cli.models.encdec_model import EncDecModel
-
-    return isinstance(model, EncDecModel)
-
-
 def check_model(model, target, attention) -> None:
     """--target and --attention need an encoder-decoder checkpoint: a decoder-only or encoder model refuses them."""
-    if is_encdec(model):
+    if model.is_encoder_decoder:
         return
     flag = "--target" if target is not None else f"--attention {attention}"
     raise QkvError(f"{flag} needs an encoder-decoder model (t5, bart, marian): {model.name} is a "
@@ -86,10 +80,10 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
     budget.check_budget(model.weights_bytes + estimate(model, len(src), len(dec)), limit, HINTS, dtype=model.dtype)
     L = model.n_layers(attention)
     chosen = chosen_layers(_Sized(model, L), layers, all_layers)
-    seq = model.seq2seq(src.ids, dec.ids)
+    seq = model.teacher_forced(src.ids, dec.ids)
     ablation = None
     if settings is not None and settings.ablate is not None:
-        ablated = model.seq2seq(src.ids, dec.ids, change=ablate_in(attention, set(chosen), settings))
+        ablated = model.teacher_forced(src.ids, dec.ids, change=ablate_in(attention, set(chosen), settings))
         ablation = report(getattr(seq, attention)[chosen[0]], getattr(ablated, attention)[chosen[0]], settings)
         seq = ablated
     parts = getattr(seq, attention)
@@ -101,7 +95,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
         model=model.info(None, attention), layers=details, attentions=np.stack([a.weights for a in parts]),
         ids=np.asarray(src.ids, dtype=np.int64), last_hidden_state=seq.decoder_output,
         layer_types=(f"{attention}_attention",) * L, layer_rules=(model.rules(attention),) * L, ablation=ablation,
-        seq2seq=extras(seq, src, dec),
+        encdec=extras(seq, src, dec),
     )  # fmt: skip
 
 

@@ -56,7 +56,7 @@ def run(
     allowed=None,
     padding=None,
 ) -> Result:
-    """The whole pipeline on random (seeded) weights; a DENSE Result.
+    """The whole pipeline on random (seeded) weights; a SEEDED Result.
 
     context / context_tokens: cross-attention, keys and values from this text.
     allowed: a custom (m, n) bool grid, True = may attend (--mask-file); padding: (n,) bool, True = pad key.
