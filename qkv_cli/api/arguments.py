@@ -72,6 +72,28 @@ def size_of(value, name: str = "max_memory") -> int | None:
     return parse_size(str(value), "--max-memory" if name == "max_memory" else name)
 
 
+def sample_text(name: str | None = None) -> str:
+    """A built-in sample (sample_texts/NAME.txt), or with no name the sentence a command runs when given no TEXT."""
+    from qkv_cli.text.samples import default_text
+    from qkv_cli.text.samples import sample_text as read
+
+    return default_text() if name is None else read(name)
+
+
+def read_text(text: str | None, file=None, default: str | None = None) -> str:
+    """TEXT, or --file's (``-``: standard input; ``sample:NAME``: a sample), or the default: every read bounded."""
+    from qkv_cli.text.inputs import get_text
+
+    return get_text(text, file, default)
+
+
+def read_context(context: str | None, context_file=None, stdin_taken: bool = False) -> str | None:
+    """--context or --context-file's text (cross-attention's Y), None when neither is given."""
+    from qkv_cli.text.inputs import get_context
+
+    return get_context(context, context_file, stdin_taken)
+
+
 def request(values: dict, text=None, default=None, **extra):
     """The pipeline Request these option values describe (Settings checked at construction).
 

@@ -107,6 +107,37 @@ def execute(req: Request, model: Model | None = None, on_token: Callable[[int, i
     return wrap(compute(req, model, on_token=on_token), model, request=req)
 
 
+def load_for(req: Request) -> Model | None:
+    """The checkpoint a Request names (--model), loaded once as its dtype and budget say; None for random weights.
+    The CLI loads it before the run to check --head and --layer against it, then passes it to ``execute``."""
+    if req.model is None:
+        return None
+    from qkv_cli.pipeline.compute import load_model
+
+    return load_model(req)
+
+
+def check_layer(layer: int, count: int) -> int:
+    """--layer L (0-based, -1 the last) of a model with `count` layers, as an index; QkvError when out of range."""
+    from qkv_cli.models.select import check_layer as check
+
+    return check(layer, count)
+
+
+def attributed_heads(method: str, head, heads) -> list[int]:
+    """The heads an attribution shows: --head's (value-norm has one attribution per head), none when not given."""
+    from qkv_cli.pipeline.attribution import attributed_heads as heads_of
+
+    return heads_of(method, head, heads)
+
+
+def panel_size(req: Request, model: Model | None = None) -> tuple[int, int] | None:
+    """(queries, keys) of one layer's panels, known from the tokens before anything runs; None where not."""
+    from qkv_cli.pipeline.compute import panel_size as size
+
+    return size(req, model)
+
+
 def execute_each(req: Request) -> list[Output]:
     """One wrapped result per line of the request's file (or one for its text), every one kept: what ``qkv heads``
     aggregates (pipeline.compute.compute_each counts them all against the budget before the first runs)."""

@@ -44,7 +44,6 @@ def shapes(text: str | None = None, model: str | PathLike | object | None = None
     dict : ``matrices`` (name -> shape, params, flops, bytes, meaning) and the sizes (d, tau, m, n, dtype ...).
     """
     from qkv_cli.core.settings import DTYPES, check_choice
-    from qkv_cli.pipeline import shapes as plan
     from qkv_cli.views.console.shapes import doc
 
     check_choice("dtype", dtype, DTYPES)
@@ -55,11 +54,26 @@ def shapes(text: str | None = None, model: str | PathLike | object | None = None
             raise QkvError(
                 f"{given[0]} cannot be used with model=: the checkpoint fixes d, the heads and the tokenizer"
             )
-        return doc(plan.for_model(_spec(model), text, m, dtype, download, n))
+        return doc(shape_plan(text, _spec(model), m=m, n=n, dtype=dtype, download=download))
     from qkv_cli.core.settings import Settings
 
     Settings(d=d, tau=heads, kv_heads=kv_heads, dtype=dtype, tokenizer=tokenizer)  # the CLI's checks of each
-    return doc(plan.for_sizes(text, d, heads, m, n, dtype, tokenizer, kv_heads, context))
+    return doc(shape_plan(text, None, d=d, heads=heads, m=m, n=n, dtype=dtype, tokenizer=tokenizer,
+                          kv_heads=kv_heads, context=context))  # fmt: skip
+
+
+def shape_plan(text: str | None, model: str | None, *, d: int = 512, heads: int = 8, m: int | None = None,
+               n: int | None = None, dtype: str = "float64", tokenizer: str = "word", kv_heads: int | None = None,
+               context: str | None = None, context_file=None, download: bool = False):  # fmt: skip
+    """The pipeline's Shapes of ``qkv shapes`` (what ``shapes`` returns as a dict, and the CLI prints): a checkpoint's
+    (model: its name or path) or random weights' of these sizes; context_file: the context read from a file."""
+    from qkv_cli.api.arguments import read_context
+    from qkv_cli.pipeline import shapes as plan
+
+    if model is not None:
+        return plan.for_model(model, text, m, dtype, download, n)
+    context = read_context(context, context_file, text == "-")
+    return plan.for_sizes(text, d, heads, m, n, dtype, tokenizer, kv_heads, context)
 
 
 class Mask:
@@ -100,8 +114,8 @@ class Mask:
 @owning_float_errors
 def mask(text: str | None = None, model: str | PathLike | object | None = None, *, causal: bool = False,
          window: int | None = None, chunk: int | None = None, context: str | None = None, pad_to: int | None = None,
-         tokenizer: str = "word", layer: int | list[int] | None = None,
-         chat: bool = False) -> Mask | list[Mask]:  # fmt: skip
+         tokenizer: str = "word", layer: int | list[int] | None = None, chat: bool = False,
+         target: str | None = None, attention: str | None = None) -> Mask | list[Mask]:  # fmt: skip
     """The combined Mask over ``text``'s tokens, each removed cell with the rule that removed it, as ``qkv mask``.
 
     Parameters
@@ -111,29 +125,59 @@ def mask(text: str | None = None, model: str | PathLike | object | None = None, 
         n_ch), the context Y of cross-attention, padding to ``pad_to`` keys.
     model : a checkpoint: its own mask over its own tokens; ``layer`` an int (one Mask) or a list, default one
         layer of each kind (a list of Masks); ``chat`` wraps the text in its chat template.
+    target, attention : an encoder-decoder: the decoder's text, and which attention (``"encoder"``, ``"decoder"``
+        or ``"cross"``, the default).
     """
-    from qkv_cli.pipeline import maskgrid
-    from qkv_cli.text.samples import sample_text
-
     if text is not None and not isinstance(text, str):
         raise QkvError(f"text must be a str, got {type(text).__name__}")
-    text = sample_text("short") if text is None else text
     if model is None:
-        if layer is not None or chat:
-            raise QkvError(f"{'layer' if layer is not None else 'chat'} needs model=: it reads a real checkpoint")
-        return Mask(maskgrid.for_options(text, None, bool(causal), window, context, None, None, pad_to, tokenizer,
-                                         chunk))  # fmt: skip
-    given = [k for k, v in {"causal": causal, "window": window, "chunk": chunk, "context": context,
-                            "pad_to": pad_to, "tokenizer": tokenizer != "word"}.items() if v]  # fmt: skip
-    if given:
-        raise QkvError(f"{given[0]} cannot be used with model=: the checkpoint fixes d, the heads, the tokenizer and "
-                       "its mask")  # fmt: skip
-    from qkv_cli.api.arguments import chat_of
-    from qkv_cli.api.commands import load
-
-    loaded = model if hasattr(model, "config") and hasattr(model, "family") else load(_spec(model))
+        for name, value in (("layer", layer), ("chat", chat), ("target", target), ("attention", attention)):
+            if value is not None and value is not False:
+                raise QkvError(f"{name} needs model=: it reads a real checkpoint")
+    else:
+        given = [k for k, v in {"causal": causal, "window": window, "chunk": chunk, "context": context,
+                                "pad_to": pad_to, "tokenizer": tokenizer != "word"}.items() if v]  # fmt: skip
+        if given:
+            raise QkvError(f"{given[0]} cannot be used with model=: the checkpoint fixes d, the heads, the tokenizer "
+                           "and its mask")  # fmt: skip
     one = isinstance(layer, int) and not isinstance(layer, bool)
     layers = [layer] if one else list(layer or [])
-    grids = maskgrid.for_model(loaded, text, layers, chat_of({"chat": chat}))
-    masks = [Mask(g) for g in grids]
-    return masks[0] if one else masks
+    from qkv_cli.api.arguments import chat_of
+
+    masks = [Mask(g) for g in mask_grids(text, model, causal=bool(causal), window=window, chunk=chunk,
+                                         context=context, pad_to=pad_to, tokenizer=tokenizer, layers=layers,
+                                         chat=chat_of({"chat": chat}), target=target, attention=attention)]  # fmt: skip
+    return masks[0] if one or model is None else masks
+
+
+def mask_grids(text: str | None, model=None, *, file=None, causal: bool = False, window: int | None = None,
+               chunk: int | None = None, context: str | None = None, context_file=None, mask_file=None,
+               pad_to: int | None = None, tokenizer: str = "word", layers=(), chat=None, target: str | None = None,
+               attention: str | None = None, download: bool = False) -> list:  # fmt: skip
+    """The mask grids ``qkv mask`` draws (pipeline.maskgrid.MaskGrid): one for random weights' rules; for a
+    checkpoint (a name, a path or a loaded model), one per layer asked or per kind of layer, over `text` as it is
+    (default a short sample); for an encoder-decoder (or with target / attention), its chosen attention's."""
+    from qkv_cli.pipeline import maskgrid
+
+    if model is None:
+        return [maskgrid.for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer,
+                                     chunk)]  # fmt: skip
+    from qkv_cli.api.arguments import sample_text
+    from qkv_cli.api.commands import load
+
+    loaded = model if hasattr(model, "config") and hasattr(model, "family") else load(_spec(model), download=download)
+    text = sample_text("short") if text is None else text
+    if target is not None or attention is not None or loaded.is_encoder_decoder:
+        from qkv_cli.pipeline.encdec_inspect import mask_grid
+
+        return mask_grid(loaded, text, target, attention, layers)
+    return maskgrid.for_model(loaded, text, layers, chat)
+
+
+def models() -> list[dict]:
+    """The checkpoints qkv can find, as ``qkv models --format json`` lists them: the Hugging Face cache, installed
+    packages that ship one, and the GGUF models of ollama's and LM Studio's stores (each with its family, layers,
+    heads and width, or the reason it cannot be read)."""
+    from qkv_cli.models import find_models
+
+    return find_models()

@@ -204,7 +204,7 @@ def page(x: Any, *, layer: int | None = None) -> Page:
         from qkv_cli.models import check_layer
 
         c = x._model.config
-        L = getattr(x._model, "dec_layers", c.n_layers)  # an encoder-decoder writes with its decoder
+        L = x._model.decoder_shape[0]  # an encoder-decoder writes with its decoder
         options = {"kv_heads": c.G, "layer": None if layer is None else check_layer(layer, L)}
     elif layer is not None:
         raise QkvError("layer is for a generation's page: a run's page shows every layer it kept")

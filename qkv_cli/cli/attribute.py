@@ -35,9 +35,8 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
     """How much each key moves each query, beside the raw weights: rollout, value norms or value zeroing.
 
     --layer L (default the last) is the layer attributed (rollout: up to it). With no TEXT, a sample sentence."""
-    from qkv_cli.api.commands import execute
+    from qkv_cli.api.commands import attributed_heads, execute
     from qkv_cli.cli.commands import noted, prepare, sample
-    from qkv_cli.pipeline.attribution import attributed_heads
     from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.run import emit
 

@@ -80,9 +80,9 @@ DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder'
 
 
 def sample(name: str | None = None) -> str:
-    from qkv_cli.text.samples import default_text, sample_text
+    from qkv_cli.api.arguments import sample_text
 
-    return default_text() if name is None else sample_text(name)
+    return sample_text(name)
 
 
 def noted(result):
@@ -95,11 +95,11 @@ def noted(result):
 
 def prepare(req, head):
     """Load the checkpoint (if any) and check --head against its heads, before the text is run."""
-    from qkv_cli.pipeline.compute import load_model
+    from qkv_cli.api.commands import load_for
 
-    model = load_model(req) if req.model is not None else None
+    model = load_for(req)
     tau = req.settings.tau if model is None else model.config.n_heads
-    if hasattr(model, "dec_heads"):  # an encoder-decoder: the heads of the attention shown
+    if model is not None and model.is_encoder_decoder:  # the heads of the attention shown
         tau = model.n_heads(req.attention or "cross")
     return model, parse_heads(head, tau)
 
@@ -125,7 +125,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
         from qkv_cli.views.console.experts import check
 
         check(model)
-    if head and model is not None and not hasattr(model, "dec_heads"):  # the exports keep only these heads' weights
+    if head and model is not None and not model.is_encoder_decoder:  # the exports keep only these heads' weights
         from dataclasses import replace
 
         req = replace(req, heads=tuple(heads))
@@ -150,10 +150,8 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
     """Save a grid of per-head attention heatmaps (PNG, SVG or PDF). With no TEXT, uses a built-in sample.
 
     With --method, the layer's weights beside that attribution (see qkv attribute)."""
-    from qkv_cli.api.commands import execute
+    from qkv_cli.api.commands import attributed_heads, execute, panel_size
     from qkv_cli.api.show import figure
-    from qkv_cli.pipeline.attribution import attributed_heads
-    from qkv_cli.pipeline.compute import panel_size
     from qkv_cli.views.figures.heatmaps import check_image_path, save_figure
 
     look = figure_style(title, subtitle, no_subtitle, dpi, cmap, annotate)
@@ -184,15 +182,27 @@ def shapes(text: TextArg = None, *, opts: Opts, d: DOpt = 512, tau: TauOpt = 8,
            kv_heads: KvHeadsOpt = None, context: ContextOpt = None, context_file: ContextFileOpt = None,
            model: ModelOpt = None, download: DownloadOpt = False):  # fmt: skip
     """Print the shape, parameters, FLOPs and bytes of every matrix in masked multi-head attention."""
-    from qkv_cli.pipeline import shapes as plan
-    from qkv_cli.text.inputs import get_context
+    from qkv_cli.api.plans import shape_plan
     from qkv_cli.views.console.shapes import emit
 
     dtype = getattr(dtype, "value", dtype)
-    if model is not None:
-        return emit(plan.for_model(model, text, m, dtype, download, n), format.value)
-    context = get_context(context, context_file, text == "-")
-    emit(plan.for_sizes(text, d, tau, m, n, dtype, tokenizer, kv_heads, context), format.value)
+    emit(
+        shape_plan(
+            text,
+            model,
+            d=d,
+            heads=tau,
+            m=m,
+            n=n,
+            dtype=dtype,
+            tokenizer=tokenizer,
+            kv_heads=kv_heads,
+            context=context,
+            context_file=context_file,
+            download=download,
+        ),
+        format.value,
+    )
 
 
 @app.command(epilog="Example: qkv explain 'the cat sat' --query 1")
@@ -226,24 +236,32 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
 
     With --model, the checkpoint's own mask over its own tokens (BERT: nothing removed; GPT-2: causal; a sliding
     window on the layers that have one)."""
-    from qkv_cli.pipeline import maskgrid
-    from qkv_cli.text.inputs import get_text
+    from qkv_cli.api.plans import mask_grids
     from qkv_cli.views.console.mask import emit
 
     if opts.model is not None:
+        from qkv_cli.api.arguments import read_text
         from qkv_cli.cli.params import chat_options
-        from qkv_cli.pipeline.checkpoint import load
 
-        model = load(opts.model, "float64", opts.download)
-        text = get_text(text, opts.file, sample("short"))
-        if opts.target is not None or opts.attention is not None or model.is_encoder_decoder:
-            from qkv_cli.pipeline.encdec_inspect import mask_grid
-
-            attention = opts.attention and opts.attention.value
-            return emit(mask_grid(model, text, opts.target, attention, opts.layer), format.value)
-        return emit(noted(maskgrid.for_model(model, text, opts.layer, chat_options(opts))), format.value)
-    emit([maskgrid.for_options(text, opts.file, causal, window, context, context_file, mask_file, pad_to,
-                               tokenizer, chunk)], format.value)  # fmt: skip
+        text = read_text(text, opts.file, sample("short"))
+        grids = mask_grids(text, opts.model, layers=opts.layer, chat=chat_options(opts), target=opts.target,
+                           attention=opts.attention and opts.attention.value, download=opts.download)  # fmt: skip
+        return emit(noted(grids), format.value)
+    emit(
+        mask_grids(
+            text,
+            file=opts.file,
+            causal=causal,
+            window=window,
+            chunk=chunk,
+            context=context,
+            context_file=context_file,
+            mask_file=mask_file,
+            pad_to=pad_to,
+            tokenizer=tokenizer,
+        ),
+        format.value,
+    )
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")
@@ -271,10 +289,10 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table,
 def models(format: TableJsonOpt = TableJson.table):
     """List the checkpoints qkv can find: the Hugging Face cache, installed packages that ship one, and the GGUF
     models of ollama's and LM Studio's stores."""
-    from qkv_cli.models import find_models
+    from qkv_cli.api.plans import models as found
     from qkv_cli.views.model import emit_models
 
-    emit_models(find_models(), format.value)
+    emit_models(found(), format.value)
 
 
 _ = (FileOpt, LayerOpt)  # re-exported option types used by the sets

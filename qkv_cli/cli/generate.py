@@ -53,8 +53,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
                  "are.")] = False, quiet: QuietOpt = False):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
-    from qkv_cli.api.commands import execute
-    from qkv_cli.pipeline.compute import load_model
+    from qkv_cli.api.commands import execute, load_for
     from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.generate import emit
 
@@ -65,13 +64,11 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
     req = request(Opts(vars(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
                                      "dtype": dtype}, opts.explicit), text, "The cat sat on the mat because",
                   generate=max_new_tokens, progress=None if quiet else progress_line())  # fmt: skip
-    loaded = load_model(req)
-    L, tau = loaded.config.n_layers, loaded.config.n_heads
-    if loaded.is_encoder_decoder:  # an encoder-decoder: --layer and --head count the decoder's
-        L, tau = loaded.dec_layers, loaded.dec_heads
+    loaded = load_for(req)
+    L, tau = loaded.decoder_shape  # an encoder-decoder: --layer and --head count the decoder's
     heads = parse_heads(head, tau)
     if layer:
-        from qkv_cli.models import check_layer
+        from qkv_cli.api.commands import check_layer
 
         layer = list(dict.fromkeys(check_layer(at, L) for at in layer))  # in the order given, each once
         if len(layer) > 1 and loaded.is_encoder_decoder:

@@ -12,10 +12,17 @@ from typing import Annotated
 
 import typer
 
-from qkv_cli.core.kernels import KERNELS
-from qkv_cli.core.settings import ABLATE, ABLATE_WITH, DTYPES, POSITIONS, PROJECTIONS
-from qkv_cli.pipeline.request import FUSIONS, METHODS
-from qkv_cli.text.tokens import TOKENIZER_NAMES as TOKENIZERS  # or a path to a tokenizer.json
+from qkv_cli.api.choices import (
+    ABLATE,
+    ABLATE_WITH,
+    DTYPES,
+    FUSIONS,
+    KERNELS,
+    METHODS,
+    POSITIONS,
+    PROJECTIONS,
+    TOKENIZERS,
+)
 
 
 def choices(name: str, values) -> type[StrEnum]:

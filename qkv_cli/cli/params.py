@@ -88,7 +88,7 @@ def parse_show(show: str, choices) -> list[str]:
 
 
 def parse_heads(head: list[int] | None, tau: int) -> list[int]:
-    from qkv_cli.core.settings import MAX_WIDTH
+    from qkv_cli.api.choices import MAX_WIDTH
 
     if tau > MAX_WIDTH:  # Settings refuses it too; here, before a list of tau heads is built
         raise QkvError(f"tau ({tau}) is too large: at most {MAX_WIDTH}")

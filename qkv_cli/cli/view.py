@@ -26,21 +26,21 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     a model view of every layer and head, a matrix view with each cell's numbers. With no TEXT, a sample.
 
     With --generate N, what each written token read; with --method, the layer's weights beside that attribution."""
+    from qkv_cli.api.arguments import size_of
     from qkv_cli.api.commands import execute
     from qkv_cli.api.show import page
-    from qkv_cli.core.budget import parse_size
     from qkv_cli.views.page.html import check_page_path, write_page, written
 
     check_page_path(out)
-    limit = parse_size(max_page_size, "--max-page-size")
+    limit = size_of(max_page_size, "--max-page-size")
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
     first = opts.layer[0] if opts.layer and req.generate else None  # the layer a generation's page shows first
     if first is not None and model is not None:  # checked before the model writes
-        from qkv_cli.models import check_layer
+        from qkv_cli.api.commands import check_layer
 
-        check_layer(first, getattr(model, "dec_layers", model.config.n_layers))
+        check_layer(first, model.decoder_shape[0])
     run = execute(req, model)
     noted(run.result)
     shown = page(run, layer=first)

@@ -54,6 +54,10 @@ class EncDecModel(Model):
         return self.config.encdec.dec_heads
 
     @property
+    def decoder_shape(self) -> tuple[int, int]:
+        return self.dec_layers, self.dec_heads
+
+    @property
     def start_id(self) -> int:
         return self.config.encdec.start
 

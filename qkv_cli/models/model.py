@@ -19,6 +19,7 @@ from qkv_cli.core.result import LayerResult, ModelInfo, ModelResult, Result
 from qkv_cli.errors import QkvError
 from qkv_cli.models.families.registry import family_for
 from qkv_cli.models.formats.config import ModelConfig, Param
+from qkv_cli.models.layers.attention import sink_share
 from qkv_cli.models.layers.moe import stacked
 from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
 
@@ -70,6 +71,12 @@ class Model:
         self.fixed_bytes = 0  # a streamed model's weights outside its layers and head (the final norm)
         self._make_tokenizer = tokenizer
         self._tokenizer = None
+
+    @property
+    def decoder_shape(
+        self,
+    ) -> tuple[int, int]:  # (layers, heads) of the stack that writes: an encoder-decoder's decoder
+        return self.config.n_layers, self.config.n_heads
 
     def __repr__(self) -> str:
         c = self.config
@@ -270,10 +277,6 @@ def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) 
             by_rule[key] = None if mask is None or not mask.any() else mask
         out.append(by_rule[key])
     return out
-
-
-def sink_share(weights):  # [..., m, n] -> [..., m]: 1 - sum_t alpha_it, what the sink column took (gpt-oss)
-    return (1 - weights.sum(axis=-1, dtype=np.float64)).astype(weights.dtype)
 
 
 def stack_like(x, n: int):  # [m, d] -> an empty [n, m, d] whose slices have x's memory layout

@@ -140,3 +140,7 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(H, Q, K, V, Q_pre, K_pre, weights, heads, output)
+
+
+def sink_share(weights):  # [..., m, n] -> [..., m]: 1 - sum_t alpha_it, what the sink column took (gpt-oss)
+    return (1 - weights.sum(axis=-1, dtype=np.float64)).astype(weights.dtype)
