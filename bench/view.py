@@ -2,7 +2,7 @@
 
     python bench/view.py [--model DIR] [--tokens 128] [--repeats 7]
 
-1. Writes the page (qkv_cli.views.page.html.save_page) and prints its size, the size of its code (HTML, CSS and
+1. Writes the page (qkv_cli.views.kinds.save_page) and prints its size, the size of its code (HTML, CSS and
    JavaScript), and the bytes per weight: (page - code) / (L x tau x m x m).
 2. Opens it --repeats times, each in a new browser context (nothing cached), and reports the median time from the
    start of the navigation to `window.qkvView.ready` (decoded, drawn and listening): wall time as Playwright sees
@@ -54,12 +54,13 @@ def text_of(model, tokens: int) -> str:
 
 def write_page(model_dir: str, tokens: int, folder: Path):
     from qkv_cli.pipeline.checkpoint import load, run
+    from qkv_cli.views import kinds
     from qkv_cli.views.page import html
 
     model = load(model_dir, "float64")
     result = run(model, text_of(model, tokens))
     path = folder / "attention.html"
-    html.save_page(result, path)
+    kinds.save_page(result, path)
     css, js = html.code()
     code = len((html.asset("view.html") + css + js).encode())
     return path, result.attentions.shape, code

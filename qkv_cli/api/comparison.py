@@ -126,7 +126,7 @@ class Comparison:
         """The comparison's offline page (``qkv compare --page``): a ``Page`` that shows itself in a notebook and
         ``.save(path)``s."""
         from qkv_cli.api.show import Page
-        from qkv_cli.views.page.compare import render
+        from qkv_cli.views.comparison import render
 
         return Page(render(self.result, head, top))
 

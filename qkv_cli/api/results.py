@@ -44,7 +44,7 @@ class Output:
 
     def arrays(self) -> dict:
         """Every array the NPZ export holds, by its export name."""
-        from qkv_cli.views.export.results import arrays
+        from qkv_cli.views.kinds import arrays
 
         return arrays(self.result)
 

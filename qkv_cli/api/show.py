@@ -90,7 +90,7 @@ def figure(result: Result, heads: list[int], layer: int | None, scale: str, look
     """The heatmap of a pipeline Result whose heads and layer are checked, drawn in ``look`` (a views.figures.style
     FigureStyle): what ``heatmap`` returns and ``qkv heatmap`` saves."""
     from qkv_cli.views.figures.style import styled
-    from qkv_cli.views.run import heatmap_figure
+    from qkv_cli.views.kinds import heatmap_figure
 
     with styled(look):
         return _shown(heatmap_figure(result, heads, layer, scale))
@@ -195,7 +195,7 @@ def page(x: Any, *, layer: int | None = None) -> Page:
     """The interactive offline page of a result (head view, model view, matrix view), as ``qkv view`` writes it.
 
     ``layer``: a generation's layer shown first (default the last)."""
-    from qkv_cli.views.page.html import rendered
+    from qkv_cli.views.kinds import rendered
 
     if not _is_result(x):
         raise QkvError(f"page takes a result of qkv.run, generate or attribute, got {type(x).__name__}")

@@ -38,7 +38,7 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
     from qkv_cli.api.commands import attributed_heads, execute
     from qkv_cli.cli.commands import noted, prepare, sample
     from qkv_cli.views.export.writing import check_output_path
-    from qkv_cli.views.run import emit
+    from qkv_cli.views.kinds import emit
 
     if save_npz is not None:
         check_output_path(save_npz)

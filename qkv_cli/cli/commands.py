@@ -114,7 +114,7 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     With no TEXT and no --file, uses a built-in sample sentence."""
     from qkv_cli.api.commands import execute
     from qkv_cli.views.export.writing import check_output_path
-    from qkv_cli.views.run import emit
+    from qkv_cli.views.kinds import emit
 
     names = parse_show(show, SHOW_CHOICES)
     if save_npz is not None:

@@ -93,6 +93,6 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
 
         typer.echo(f"saved {save(cmp, out, head)}", err=True)
     if page is not None:
-        from qkv_cli.views.page.compare import save as save_page
+        from qkv_cli.views.comparison import save as save_page
 
         typer.echo(save_page(cmp, page, head, top), err=True)

@@ -48,7 +48,7 @@ def test_run_holds_the_three_attentions_of_transformers(name, built, torch):
 
 
 def test_generate_aligns_each_written_token_with_the_source(built, torch):
-    from qkv_cli.views.page.html import page_data
+    from qkv_cli.views.kinds import page_data
 
     folder, model = built["bart"]
     g = qkv.generate(SOURCE, model=str(folder), max_new_tokens=4)

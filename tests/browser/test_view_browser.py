@@ -186,7 +186,7 @@ def test_hostile_labels_are_text(viewer, tmp_path):
     from qkv_cli.pipeline.compute import compute
     from qkv_cli.pipeline.request import Request
     from qkv_cli.text.tokens import Tokens
-    from qkv_cli.views.page.html import save_page
+    from qkv_cli.views.kinds import save_page
 
     hostile = ("</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\x1b[2J", "&lt;b&gt;")
     r = compute(Request(text="a b c d", settings=Settings(d=16, tau=2)))

@@ -3,9 +3,10 @@
 The page is qkv_cli/views/page/view.html with its CSS and JavaScript inlined and the run's data (html_data) as one
 JSON script element: no network access of any kind (a Content-Security-Policy forbids it), so it opens from
 file:// anywhere. The data is escaped for a script element (no '<', '>' or '&' survives), and every label is set
-in the page as text, never as markup. `rendered` gives the page and what it holds (the Python API's qkv.page returns
-them; qkv view writes that), `write_page` refuses a page above its limit (--max-page-size) and writes it atomically,
-and `written` is the line qkv view prints: the page's size and what it holds.
+in the page as text, never as markup. Each kind's part of the data is built here (views.kinds picks which);
+`render_doc` makes the page, `contents` says what it holds (the Python API's qkv.page returns both; qkv view writes
+that), `write_page` refuses a page above its limit (--max-page-size) and writes it atomically, and `written` is the
+line qkv view prints: the page's size and what it holds.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import html
 import json
 import re
 
-from qkv_cli.core.result import Kind, Result
+from qkv_cli.core.result import Result
 from qkv_cli.errors import QkvError
 from qkv_cli.views.page import data as html_data
 
@@ -151,26 +152,11 @@ def attribution_page(r: Result) -> dict:
     return {"title": f"{who}{r.method}, layer {layer_of(r)}", **meta, "sentences": [html_data.attribution_sentence(r)]}
 
 
-PAGES = {Kind.SEEDED: dense_page, Kind.LAYER: dense_page, Kind.MODEL: model_page, Kind.BAND: band_page,
-         Kind.BATCH: batch_page, Kind.GENERATION: generation_page, Kind.ATTRIBUTION: attribution_page}  # fmt: skip
-
-
-def page_data(result: Result, kv_heads: int | None = None, layer: int | None = None) -> dict:
-    """Everything the page shows, by the Result's kind (see html_data for the encoding). kv_heads and layer: what a
-    generation does not record (the model's G, the layer to show first)."""
-    if result.kind not in PAGES:
-        raise QkvError(f"qkv view cannot show a {result.kind.value} run: it shows {', '.join(k.value for k in PAGES)}")
+def page_doc(result: Result, own: dict) -> dict:
+    """The page's data: what every page holds, around its kind's own part (views.kinds builds it by the kind)."""
     from qkv_cli.views.page.stats import role_short
 
-    build = PAGES[result.kind]
-    doc = {
-        "version": 1,
-        "kind": result.kind.value,
-        "band": 0,
-        "notes": [],
-        "roleShort": role_short(),
-        **(build(result, kv_heads, layer) if build is generation_page else build(result)),
-    }
+    doc = {"version": 1, "kind": result.kind.value, "band": 0, "notes": [], "roleShort": role_short(), **own}
     doc["title"], doc["run"] = html_data.label(doc["title"]), html_data.label(doc["run"])
     return doc
 
@@ -197,17 +183,6 @@ def render_doc(doc: dict) -> str:
     return _MARK.sub(lambda m: values[m.group(1)], asset("view.html"))  # one pass: inserted text is never rescanned
 
 
-def render(result: Result, **options) -> str:
-    """The whole page as one string (options: page_data's kv_heads and layer)."""
-    return render_doc(page_data(result, **options))
-
-
-def rendered(result: Result, **options) -> tuple[str, str]:
-    """The whole page and what it holds (contents), for a page saved later (api.show.Page)."""
-    doc = page_data(result, **options)
-    return render_doc(doc), contents(doc)
-
-
 def contents(doc: dict) -> str:
     """What the page holds, for the line qkv view prints: "30 layers x 9 heads x 551 x 551, 8-bit weights"."""
     s = doc["sentences"][0]
@@ -222,15 +197,6 @@ def contents(doc: dict) -> str:
     what = "attentions" if doc.get("switchLabel") else "sentences"  # an encoder-decoder: its three attentions
     batch = f"{len(doc['sentences'])} {what}, " if len(doc["sentences"]) > 1 else ""
     return batch + shape + (", " + " and ".join(kinds) if kinds else "")
-
-
-def save_page(result: Result, path, max_bytes: int = MAX_PAGE, **options) -> str:
-    """Write the page atomically, unless it would exceed max_bytes; return the one line qkv view prints (its
-    size and what it holds). options: see page_data."""
-    doc = page_data(result, **options)
-    page, holds = render_doc(doc), contents(doc)
-    write_page(page, holds, path, max_bytes)
-    return written(path, page, holds)
 
 
 def written(path, page: str, holds: str) -> str:

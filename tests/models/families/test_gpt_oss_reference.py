@@ -215,7 +215,7 @@ def test_csv_rows_and_a_generations_npz_hold_the_sinks_share(gpt_oss, torch, tmp
 def test_heatmaps_draw_the_sink_column(gpt_oss, monkeypatch):
     """A layer's heatmap and the model view: each panel's first column is the rows' sink share, labelled 'sink'."""
     from qkv_cli.views.figures import heatmaps as figures
-    from qkv_cli.views.run import heatmap_figure
+    from qkv_cli.views.kinds import heatmap_figure
 
     folder, _ = gpt_oss
     run = load_model(folder).run("the cat sat on the mat", layers=[1])

@@ -23,6 +23,7 @@ from qkv_cli.pipeline import band as longdoc
 from qkv_cli.pipeline.compute import compute
 from qkv_cli.pipeline.request import Request
 from qkv_cli.text.tokens import Tokens
+from qkv_cli.views import kinds
 from qkv_cli.views.page import html as page
 
 TEXT = "The animal did not cross the street because it was too tired to walk."
@@ -101,7 +102,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES)
 def test_dense_page_decodes_to_the_weights_scores_and_mask(case):
     r = result_of(**CASES[case])
-    doc = data_of(page.render(r))
+    doc = data_of(kinds.render(r))
     s, [(w, scores, masked)] = decode(doc)
     assert doc["kind"] == "dense" and doc["L"] == 1 and doc["tau"] == r.tau
     assert s["tokens"] == r.labels and s["keys"] == r.key_labels
@@ -116,7 +117,7 @@ def test_weights_are_stored_when_the_scores_do_not_give_them(monkeypatch):
     """A layer whose Softmax(stored S + Mask) misses the computed weights stores the weights too."""
     r = result_of(settings={"causal": True})
     off = replace(r, weights=r.weights * 0.9)
-    s, [(w, scores, _)] = decode(data_of(page.render(off)))
+    s, [(w, scores, _)] = decode(data_of(kinds.render(off)))
     assert "w" in s["layers"][0] and scores is not None
     assert np.abs(w - off.weights).max() <= 2e-3
 
@@ -125,7 +126,7 @@ def test_band_page(monkeypatch):
     monkeypatch.setattr(longdoc, "BAND_MIN_TOKENS", 8)
     r = result_of(settings={"window": 4}, band=True)
     assert r.kind == Kind.BAND
-    doc = data_of(page.render(r))
+    doc = data_of(kinds.render(r))
     s, [(w, scores, masked)] = decode(doc)
     assert doc["band"] == 4 and scores is None and s["masks"] == []
     np.testing.assert_array_less(np.abs(w - r.band), 2e-3)
@@ -133,7 +134,7 @@ def test_band_page(monkeypatch):
 
 def test_batch_page_shows_each_sentence():
     r = compute(Request(text="the cat sat\na dog barked at the moon\nhi", batch=True, settings=Settings(d=16, tau=2)))
-    doc = data_of(page.render(r))
+    doc = data_of(kinds.render(r))
     assert [len(s["tokens"]) for s in doc["sentences"]] == r.lengths
     assert "+3 pads" in doc["sentences"][0]["name"]
     for b, item in enumerate(r.items):
@@ -145,7 +146,7 @@ def test_batch_page_shows_each_sentence():
 @pytest.mark.reference
 def test_model_page_every_layer_with_scores_where_kept(minilm):
     r = compute(Request(text=TEXT, model=str(minilm), layers=(0, -1)))
-    doc = data_of(page.render(r))
+    doc = data_of(kinds.render(r))
     s, layers = decode(doc)
     assert doc["kind"] == "model" and doc["L"] == 6 and doc["tau"] == 12 and doc["detail"] == [0, 5]
     for l, (w, scores, masked) in enumerate(layers):
@@ -161,7 +162,7 @@ def test_decoder_page_with_grouped_heads(transformers, torch, tmp_path):
 
     build(transformers, torch, "gemma2", tmp_path)  # 4 query heads on 2 key/value heads, sliding layers, soft-cap
     r = compute(Request(text=TEXT, model=str(tmp_path)))
-    doc = data_of(page.render(r))
+    doc = data_of(kinds.render(r))
     _, layers = decode(doc)
     assert doc["G"] == 2 and doc["kv"] == [0, 0, 1, 1]
     for l, (w, _, masked) in enumerate(layers):
@@ -170,7 +171,7 @@ def test_decoder_page_with_grouped_heads(transformers, torch, tmp_path):
 
 
 def test_page_is_self_contained_and_fetches_nothing():
-    html = page.render(result_of())
+    html = kinds.render(result_of())
     assert html.startswith("<!DOCTYPE html>")
     assert not re.search(r"https?:|//[a-z0-9]|\bsrc=|\bhref=|@import|url\(|fetch\(|XMLHttpRequest|WebSocket|"
                          r"EventSource|sendBeacon|import\(|<link|<iframe|<img|<object|<embed", html, re.I)  # fmt: skip
@@ -196,9 +197,9 @@ def test_code_budget_and_bytes_per_weight(minilm):
     r = compute(Request(text=" ".join(words[:126]), model=str(minilm)))
     weights = r.attentions.size
     assert r.attentions.shape == (6, 12, 128, 128)
-    assert (len(page.render(r).encode()) - code) / weights <= 3.0
+    assert (len(kinds.render(r).encode()) - code) / weights <= 3.0
     r = result_of(text=" ".join(words[:120]), settings={"causal": True, "tau": 8, "d": 64})
-    assert (len(page.render(r).encode()) - code) / r.weights.size <= 3.0
+    assert (len(kinds.render(r).encode()) - code) / r.weights.size <= 3.0
 
 
 def hostile_result():
@@ -210,7 +211,7 @@ def hostile_result():
 
 
 def test_hostile_labels_stay_text():
-    html = page.render(hostile_result())
+    html = kinds.render(hostile_result())
     assert html.count("<script") == 2 and html.count("</script") == 2  # no label opened or closed an element
     assert HOSTILE not in html and "<script>alert" not in html  # only inside the JSON, as \\u003c escapes
     assert "<!--" not in html and "\x1b" not in html and "\x07" not in html
@@ -226,7 +227,7 @@ def test_hostile_labels_stay_text():
 def test_hostile_model_name_in_the_title(minilm):
     r = compute(Request(text="a cat", model=str(minilm)))
     r.model.name = "<b>bold</b>\x1b[31m"
-    html = page.render(r)
+    html = kinds.render(r)
     assert "<title>&lt;b&gt;bold&lt;/b&gt;[31m: attention</title>" in html and "<b>" not in html
 
 
@@ -289,6 +290,6 @@ def test_open_uses_the_web_browser(tmp_path, monkeypatch):
 
 
 def test_a_kind_without_a_page_is_refused_clearly(monkeypatch):
-    monkeypatch.delitem(page.PAGES, Kind.GENERATION)
+    monkeypatch.setitem(kinds.KINDS, Kind.GENERATION, replace(kinds.KINDS[Kind.GENERATION], page=None))
     with pytest.raises(QkvError, match="qkv view cannot show a generation run: it shows dense"):
-        page.page_data(GenerationResult(tokens=result_of().tokens))
+        kinds.page_data(GenerationResult(tokens=result_of().tokens))

@@ -18,7 +18,7 @@ from qkv_cli.cli import app
 from qkv_cli.core.result import Kind
 from qkv_cli.pipeline.compute import compute
 from qkv_cli.pipeline.request import Request
-from qkv_cli.views.page import html as page
+from qkv_cli.views import kinds
 
 PROMPT = "the cat sat"
 TEXT = "the cat sat on the mat"
@@ -105,10 +105,10 @@ def test_generation_page_equals_the_npz(tiny, tmp_path, how):
 
 def test_generation_page_options_and_hostile_text(tiny):
     gen = compute(Request(text=PROMPT, model=str(tiny["gpt2"]), generate=3))
-    doc = page.page_data(gen, kv_heads=2, layer=0)
+    doc = kinds.page_data(gen, kv_heads=2, layer=0)
     assert doc["G"] == 2 and doc["kv"] == [0, 0, 1, 1] and doc["start"] == 0
-    assert page.page_data(gen, layer=-1)["start"] == gen.step_attentions.shape[1] - 1
-    html = page.render(replace(gen, text="\x1b[2J</script><script>alert(1)</script>"))
+    assert kinds.page_data(gen, layer=-1)["start"] == gen.step_attentions.shape[1] - 1
+    html = kinds.render(replace(gen, text="\x1b[2J</script><script>alert(1)</script>"))
     assert "\x1b" not in html and html.count("</script") == 2 and "[2J" in data_of(html)["notes"][1]
 
 
@@ -174,5 +174,7 @@ def test_view_refuses_bad_generation_and_attribution_options(tiny, tmp_path, mon
     assert list(tmp_path.iterdir()) == []
 
 
-def test_every_kind_has_a_page():
-    assert set(page.PAGES) == set(Kind)
+def test_every_kind_has_its_views():
+    """One entry per kind (views.kinds), each with a page, an NPZ and a printed form."""
+    assert set(kinds.KINDS) == set(Kind)
+    assert all(v.page is not None and v.arrays is not None and v.emit is not None for v in kinds.KINDS.values())

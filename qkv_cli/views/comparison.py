@@ -20,7 +20,7 @@ img{max-width:100%}"""
 def render(cmp: Comparison, head: int | None = None, top: int = 10) -> str:
     """The whole page as one string: header, figure (PNG, inline), the moved heads, both runs' pages."""
     from qkv_cli.views.console.compare import header
-    from qkv_cli.views.page.html import render as page_of
+    from qkv_cli.views.kinds import render as page_of
 
     esc = html.escape
     rows = "".join(
