@@ -161,6 +161,14 @@ def test_no_folder_over_20_modules(folder):
     assert count <= MAX_MODULES, f"{folder} holds {count} modules (at most {MAX_MODULES}): split it by concern"
 
 
+def test_the_test_tree_mirrors_the_code_tree():
+    """tests/<part>/<sub>/ exists only where qkv_cli/<part>/<sub>/ does, so a module's tests are found by its path."""
+    tests = Path(__file__).resolve().parent
+    stray = [str(d.relative_to(tests)) for part in ALLOWED for d in (tests / part).rglob("*")
+             if d.is_dir() and d.name != "__pycache__" and not (PACKAGE / d.relative_to(tests)).is_dir()]  # fmt: skip
+    assert not stray, stray
+
+
 def test_no_ui_library_below_views():
     below = [name for name, path in modules().items() if part_of(name) not in ("views", "cli")
              for target, _ in imports(path) if target.split(".")[0] in UI]  # fmt: skip
