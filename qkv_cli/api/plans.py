@@ -168,7 +168,7 @@ def mask_grids(text: str | None, model=None, *, file=None, causal: bool = False,
     loaded = model if hasattr(model, "config") and hasattr(model, "family") else load(_spec(model), download=download)
     text = sample_text("short") if text is None else text
     if target is not None or attention is not None or loaded.is_encoder_decoder:
-        from qkv_cli.pipeline.encdec_inspect import mask_grid
+        from qkv_cli.pipeline.encdec.inspection import mask_grid
 
         return mask_grid(loaded, text, target, attention, layers)
     return maskgrid.for_model(loaded, text, layers, chat)

@@ -234,7 +234,7 @@ class ModelResult(Result):
     router_weights: np.ndarray | None = None  # (L, m, k) their gate weights g
     predictions: dict | None = None  # --predict: "ids", "probs" (m, k); --logit-lens: "lens_ids", "lens_probs"
     ablation: dict | None = None  # an encoder-decoder's --ablate: what it changed (pipeline.ablate.report)
-    # an encoder-decoder's three attentions (pipeline.encdec): decoder_ids, encoder_attentions (L_enc, tau, n, n),
+    # an encoder-decoder's three attentions (pipeline.encdec.run): decoder_ids, encoder_attentions (L_enc, tau, n, n),
     # decoder_attentions (L_dec, tau, m, m), cross_attentions (L_dec, tau, m, n), encoder_last_hidden_state (n, d)
     encdec: dict | None = None
 

@@ -67,7 +67,8 @@ def load_model(req: Request):
 
 def compute(req: Request, model=None, on_token=None) -> Result:
     """The Result the request describes (see core.result.Kind)."""
-    from qkv_cli.pipeline import band, batch, checkpoint, encdec, seeded
+    from qkv_cli.pipeline import band, batch, checkpoint, seeded
+    from qkv_cli.pipeline.encdec import run as encdec
 
     s = req.settings
     if req.method is not None:
@@ -115,7 +116,7 @@ def attribution(req: Request, model=None) -> Result:
         return method.of_layer(seeded.run(read_text(req), req.settings, max_memory=req.max_memory, **extras(req)), req)
     model = load_model(req) if model is None else model
     if req.target is not None or req.attention is not None or is_encdec(model):
-        from qkv_cli.pipeline.encdec_inspect import attribute
+        from qkv_cli.pipeline.encdec.inspection import attribute
 
         return attribute(model, read_text(req), req)
     return method.of_model(model, read_text(req), req)
@@ -129,7 +130,7 @@ def generation(req: Request, model, on_token=None) -> Result:
 
     text = read_text(req)
     if is_encdec(model):
-        from qkv_cli.pipeline import encdec
+        from qkv_cli.pipeline.encdec import run as encdec
 
         encdec.check_options(model, req)
         return encdec.generate(model, text, req.generate, req.max_memory)
@@ -160,7 +161,7 @@ def compute_each(req: Request) -> list[Result]:
 
         model = load_model(req)
         if req.target is not None or req.attention is not None or is_encdec(model):
-            from qkv_cli.pipeline.encdec_inspect import each
+            from qkv_cli.pipeline.encdec.inspection import each
 
             return each(model, texts, req)
         sizes = [len(prompt(model, t, req.chat).tokens) for t in texts]

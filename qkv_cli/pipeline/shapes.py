@@ -59,7 +59,7 @@ def for_model(spec: str, text, m, dtype: str, download: bool = False, n: int | N
     if n is not None and c.encdec is None:
         raise QkvError("--n cannot be used with --model: the checkpoint fixes d, the heads, the tokenizer and its mask")
     if c.encdec is not None:  # an encoder-decoder: encoder, decoder and cross matrices
-        from qkv_cli.pipeline.encdec_shapes import encdec_matrices
+        from qkv_cli.pipeline.encdec.shapes import encdec_matrices
 
         mats = encdec_matrices(c, m, m if n is None else n)
     elif c.latent is not None:  # multi-head latent attention (DeepSeek-V3)

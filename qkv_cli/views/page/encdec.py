@@ -64,7 +64,7 @@ def _sentence(run, attention: str) -> dict:
 
 
 def encdec_page(run) -> dict:
-    """page_data's doc (less its shared keys) for a MODEL Result of pipeline.encdec.run."""
+    """page_data's doc (less its shared keys) for a MODEL Result of pipeline.encdec.run.run."""
     sentences = [_sentence(run, a) for a in ORDER]
     first = ORDER.index(run.model.layer_type.removesuffix("_attention"))
     meta = sentences[first]["meta"]
@@ -78,7 +78,7 @@ def encdec_page(run) -> dict:
 
 
 def generation_page(gen, layer: int | None = None) -> dict:
-    """page_data's doc for an encoder-decoder's writing (pipeline.encdec.generate): row t is the token written at
+    """page_data's doc for an encoder-decoder's writing (pipeline.encdec.run.generate): row t is the token written at
     step t, its weights the cross-attention of the query that wrote it over the source; every layer and head."""
     steps, L, tau, n = gen.step_attentions.shape
     line = (f"{gen.model.name} ({gen.model.family}) decoder L={L} tau={tau}: wrote {steps} tokens greedily from a "

@@ -1,5 +1,5 @@
 """qkv heads and qkv attribute on an encoder-decoder (T5, BART, Marian): one of its self-attentions, or a layer of
-its cross-attention, through the same teacher-forced pass as qkv run --target (pipeline.encdec).
+its cross-attention, through the same teacher-forced pass as qkv run --target (pipeline.encdec.run).
 
     heads      --attention encoder (the source, n x n) or decoder (the target, m x m, causal): the head roles
                compare positions of one text, so cross-attention (keys from another text) has none
@@ -17,7 +17,7 @@ from qkv_cli.errors import QkvError
 
 def each(model, texts: list[str], req) -> list[Result]:
     """qkv heads: one MODEL Result per text, of the self-attention --attention names (encoder or decoder)."""
-    from qkv_cli.pipeline import encdec
+    from qkv_cli.pipeline.encdec import run as encdec
 
     encdec.check_model(model, req.target, req.attention)
     attention = req.attention or "cross"
@@ -32,8 +32,8 @@ def each(model, texts: list[str], req) -> list[Result]:
 
 def attribute(model, text: str, req) -> Result:
     """qkv attribute: rollout or value-norm of layer --layer (default the last) of the attention --attention names."""
-    from qkv_cli.pipeline import encdec
     from qkv_cli.pipeline.attribution import rollout, value_norms, value_vectors
+    from qkv_cli.pipeline.encdec import run as encdec
 
     encdec.check_model(model, req.target, req.attention)
     attention = req.attention or "cross"
@@ -63,7 +63,7 @@ def mask_grid(model, text: str, target: str | None, attention: str | None, layer
     from qkv_cli.core import masks
     from qkv_cli.models import select_layers
     from qkv_cli.models.encdec_model import check_side
-    from qkv_cli.pipeline import encdec
+    from qkv_cli.pipeline.encdec import run as encdec
     from qkv_cli.pipeline.maskgrid import MaskGrid, check_cells
 
     encdec.check_model(model, target, attention)
