@@ -116,9 +116,7 @@ def _of_result(x, layer, heads):
         from qkv_cli.models import check_layer
 
         at = check_layer(layer, r.step_attentions.shape[1])
-    tau = {Kind.MODEL: lambda: r.attentions.shape[1], Kind.GENERATION: lambda: r.step_attentions.shape[2],
-           Kind.BATCH: lambda: r.padded[0].tau}.get(r.kind, lambda: r.weights.shape[0])()  # fmt: skip
-    chosen_heads = _heads(heads, tau)
+    chosen_heads = _heads(heads, r.heads_drawn)
     if r.kind == Kind.ATTRIBUTION:
         from qkv_cli.pipeline.attribution import attributed_heads
 

@@ -123,6 +123,10 @@ class Projections(Result):
     def dtype(self) -> str:
         return str(self.H.dtype)
 
+    @property
+    def heads_drawn(self) -> int:  # how many heads a figure of this result can show
+        return self.weights.shape[0]
+
 
 @dataclass
 class LayerResult(Projections):
@@ -254,6 +258,8 @@ class ModelResult(Result):
         """The first chosen layer's LayerResult."""
         return self.layers[min(self.layers)]
 
+    heads_drawn = property(lambda self: self.attentions.shape[1])  # the heads a figure of it can show
+
 
 @dataclass
 class GenerationResult(Result):
@@ -273,6 +279,7 @@ class GenerationResult(Result):
     cache_bytes: int = 0  # what the KV cache held at the end
     timing: dict | None = None  # prefill_seconds (the prompt), seconds (all), seconds_per_token (after)
     text: str = ""  # the generated text
+    heads_drawn = property(lambda self: self.step_attentions.shape[2])  # the heads a figure of it can show
 
 
 @dataclass
@@ -284,3 +291,4 @@ class BatchResult(Result):
     padded: list = field(default_factory=list)
     items: list = field(default_factory=list)
     lengths: list = field(default_factory=list)
+    heads_drawn = property(lambda self: self.padded[0].tau)  # the heads a figure of it can show
