@@ -1,9 +1,10 @@
 """Generation through the NumPy KV cache against transformers' generate, on tiny random decoders it built.
 
 Greedy ids equal transformers'; each step's attention row equals the row of one full forward pass over the final
-sequence (which proves the cache: to 1e-12 in float64; in float32 to 5e-6 on these deliberately sharp random models,
-because BLAS sums a one-row product in another order than a twenty-row one and the sharp weights amplify the
-last-bit difference; the real SmolLM2 gives 2e-6 to 4e-6, tests/models/test_smollm2.py); probabilities equal
+sequence (which proves the cache: to 1e-12 in float64; in float32 to 1e-5, float32's bound throughout, on these
+deliberately sharp random models, because BLAS sums a one-row product in another order than a twenty-row one and the
+sharp weights amplify the last-bit difference: up to 5.8e-6 measured, on gpt-oss; the real SmolLM2 gives 2e-6 to
+4e-6, tests/models/test_smollm2.py); probabilities equal
 softmax(transformers' logits).
 """
 
@@ -55,7 +56,7 @@ def test_greedy_ids_rows_and_probabilities_match(name, tmp_path, torch, transfor
     for t in range(NEW):
         q = P + t - 1  # the query that wrote token P + t
         got = gen.step_attentions[t, :, :, : q + 1]
-        np.testing.assert_allclose(got, ours_full[:, :, q, : q + 1], atol=5e-6, err_msg=f"{name} step {t}: the cache")
+        np.testing.assert_allclose(got, ours_full[:, :, q, : q + 1], atol=1e-5, err_msg=f"{name} step {t}: the cache")
         for layer, a in enumerate(ref.attentions):
             np.testing.assert_allclose(got[layer], a[0, :, q, : q + 1].numpy(), atol=1e-5,
                                        err_msg=f"{name} step {t} layer {layer}: transformers")  # fmt: skip
