@@ -20,6 +20,7 @@ EXPORTS = {
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
     "compare": "comparison", "Comparison": "comparison", "shapes": "plans", "mask": "plans", "Mask": "plans",
+    "find_models": "plans",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)
 

@@ -174,10 +174,10 @@ def mask_grids(text: str | None, model=None, *, file=None, causal: bool = False,
     return maskgrid.for_model(loaded, text, layers, chat)
 
 
-def models() -> list[dict]:
+def find_models() -> list[dict]:
     """The checkpoints qkv can find, as ``qkv models --format json`` lists them: the Hugging Face cache, installed
     packages that ship one, and the GGUF models of ollama's and LM Studio's stores (each with its family, layers,
     heads and width, or the reason it cannot be read)."""
-    from qkv_cli.models import find_models
+    from qkv_cli.models import find_models as found
 
-    return find_models()
+    return found()

@@ -289,10 +289,10 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table,
 def models(format: TableJsonOpt = TableJson.table):
     """List the checkpoints qkv can find: the Hugging Face cache, installed packages that ship one, and the GGUF
     models of ollama's and LM Studio's stores."""
-    from qkv_cli.api.plans import models as found
+    from qkv_cli.api.plans import find_models
     from qkv_cli.views.model import emit_models
 
-    emit_models(found(), format.value)
+    emit_models(find_models(), format.value)
 
 
 _ = (FileOpt, LayerOpt)  # re-exported option types used by the sets

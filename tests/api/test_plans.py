@@ -91,3 +91,8 @@ def test_a_checkpoint_refuses_what_it_fixes(tiny_gemma2):
         qkv.mask(TEXT, model=tiny_gemma2, causal=True)
     with pytest.raises(qkv.QkvError, match="heads cannot be used with model="):
         qkv.shapes(model=tiny_gemma2, heads=4)
+
+
+def test_models_lists_what_qkv_models_prints():
+    doc = json.loads(invoke(["models", "--format", "json"]).stdout)
+    assert isinstance(doc, list) and json.loads(json.dumps(qkv.find_models(), default=str)) == doc

@@ -92,6 +92,19 @@ def test_mask_of_each_attention(attention, causal, folders):
     np.testing.assert_array_equal(allowed, np.tril(np.ones((m, n), bool)) if causal else np.ones((m, n), bool))
 
 
+@pytest.mark.parametrize(("attention", "causal"), [("encoder", False), ("decoder", True), ("cross", False)])
+def test_the_apis_mask_of_each_attention_is_the_clis(attention, causal, folders):
+    import qkv_cli as qkv
+
+    folder, _ = folders["t5"]
+    cli = json.loads(invoke(["mask", SOURCE, "--model", folder, "--target", TARGET, "--attention", attention,
+                             "--format", "json"]).stdout)  # fmt: skip
+    got = qkv.mask(SOURCE, model=folder, target=TARGET, attention=attention)
+    assert len(got) == 1 and got[0].doc() == cli
+    m, n = got[0].allowed.shape
+    np.testing.assert_array_equal(got[0].allowed, np.tril(np.ones((m, n), bool)) if causal else np.ones((m, n), bool))
+
+
 def test_bad_input_is_one_line(folders, tmp_path):
     folder, _ = folders["t5"]
     assert_one_line_error(invoke(["heads", SOURCE, "--model", folder]), "--attention encoder", "decoder")
