@@ -48,6 +48,7 @@ from qkv_cli.cli.options import (
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
+    MaxOutputOpt,
     MethodOpt,
     ModelOpt,
     MOpt,
@@ -108,15 +109,19 @@ def prepare(req, head):
 @takes(*EVERYTHING, PREDICTION, ROWS)
 def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt = "weights",
         precision: PrecisionOpt = 2, format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
-        batch: BatchOpt = False):  # fmt: skip
+        batch: BatchOpt = False, max_output: MaxOutputOpt = None):  # fmt: skip
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
 
     With no TEXT and no --file, uses a built-in sample sentence."""
+    from dataclasses import replace
+
     from qkv_cli.api.commands import execute
+    from qkv_cli.core.output_size import Output, parse_max_output
     from qkv_cli.views.files import check_output_path
     from qkv_cli.views.run import emit
 
     names = parse_show(show, SHOW_CHOICES)
+    limit = parse_max_output(max_output)
     if save_npz is not None:
         check_output_path(save_npz)
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
@@ -126,10 +131,15 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
         check(model)
     if head and model is not None and not hasattr(model, "dec_heads"):  # the exports keep only these heads' weights
-        from dataclasses import replace
-
         req = replace(req, heads=tuple(heads))
-    emit(noted(execute(req, model).result), names, heads, precision, format.value, save_npz)
+    stream = None
+    if format != Format.table:  # its size known before the run; a checkpoint's layers written as they are made
+        from qkv_cli.views.stream_export import LayerWriter
+
+        shown = tuple(n for n in names if n != "experts")
+        req = replace(req, output=Output(format.value, shown, limit, tuple(heads) if head else None, model is not None))
+        stream = LayerWriter(format.value, names, heads) if model is not None else None
+    emit(noted(execute(req, model, on_layer=stream).result), names, heads, precision, format.value, save_npz, stream)
 
 
 ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.SCALES (a test checks)

@@ -161,14 +161,15 @@ class Model:
         return self.forward(tokens.ids, layers=layers, kernel=kernel, tokens=tokens)
 
     def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None, keep=None,
-                rows=None, heads=None) -> Result:  # fmt: skip
+                rows=None, heads=None, on_layer=None) -> Result:  # fmt: skip
         """The forward pass on vocabulary ids (m,).
 
         layers: None (no details, the fastest), "all", or layer indices (0-based; -1 the last) that keep a LAYER
         Result. keep: the layers whose attention weights `attentions` holds (None: every layer; the others run
         through a kernel that holds one block of rows at a time). rows: a slice (or "A:B") of query positions
         whose weights are kept (None: all). heads: the heads `attentions` keeps (None: all; a layer's detail keeps
-        every head). kernel: a core.kernels name."""
+        every head). kernel: a core.kernels name. on_layer(l, LayerResult): called as each detailed layer is
+        made; then only the first detailed layer stays in `layers` (an output written layer by layer)."""
         from qkv_cli.core.kernels import get_kernel
 
         get_kernel(kernel)
@@ -212,7 +213,11 @@ class Model:
             if getattr(parts, "routing", None) is not None:
                 routing[l] = parts.routing
             if l in detail:
-                details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
+                made = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
+                if on_layer is None or not details:
+                    details[l] = made
+                if on_layer is not None:
+                    on_layer(l, made)
         hidden[-1] = fam.final(p, c, x)
         return ModelResult(
             sinks=sink_share(attentions) if getattr(c.attention, "sinks", False) else None,

@@ -32,8 +32,11 @@ FIGURES = {  # kind -> draw(result, heads, layer given or None, colour scale) ->
 }
 
 
-def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
-    """Print the result in the chosen format; then save the NPZ if asked."""
+def emit(result: Result, show, heads, precision, fmt, save_npz=None, stream=None) -> None:
+    """Print the result in the chosen format; then save the NPZ if asked. stream: the views.stream_export writer
+    that already wrote a checkpoint run's layers as they were made (it closes the document)."""
+    if stream is not None and stream.started and result.kind == Kind.MODEL:
+        return model.emit_run(result, show, heads, precision, fmt, save_npz, stream=stream)
     RENDERERS[result.kind](result, show, heads, precision, fmt, save_npz)
 
 
