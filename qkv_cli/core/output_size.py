@@ -102,6 +102,17 @@ def check_output(out: Output | None, s: Layout, given=(), itemsize: int = NPZ_NU
     )
 
 
+def check_count(fmt: str, count: int, limit: int, shape: str, hints: str, label: float = 6.0) -> int:
+    """The same rule for an output counted as `count` numbers (a grid's cells: CSV writes two labels a row):
+    TooLargeError above `limit` bytes, naming the size, the `shape` behind it and the `hints`. Returns the size."""
+    per = JSON_NUMBER if fmt == "json" else CSV_FIXED + 2 * label
+    size = int(count * per)
+    if size > limit:
+        raise TooLargeError(f"the {fmt.upper()} output would be about {human(size)} ({shape}), more than --max-output "
+                            f"{human(limit)}: shrink it with {hints}, or raise --max-output")  # fmt: skip
+    return size
+
+
 def parse_max_output(text: str | int | None) -> int:
     """--max-output as bytes ("1GB", "500MiB", a number of bytes); None: the default, 256 MB."""
     return DEFAULT_MAX_OUTPUT if text is None else parse_size(str(text), "--max-output")

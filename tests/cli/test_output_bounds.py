@@ -174,3 +174,12 @@ def test_a_streamed_output_to_a_full_disk_is_one_line(qwen, fmt):
     with open("/dev/full", "w") as full:
         proc = _qkv(["run", TEXT, "--model", qwen, "--format", fmt], stdout=full)
     _one_line(proc, "cannot write the output", "No space left on device")
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_an_attribution_above_max_output_is_refused_before_any_weight_is_read(damaged, fmt):
+    args = ["attribute", TEXT, "--model", damaged, "--method", "rollout", "--format", fmt, "--max-output", "1KB"]
+    line = assert_one_line_error(invoke(args), f"the {fmt.upper()} output would be about", "4 heads x 6 rows x 6 keys",
+                                 "a shorter text", "--save-npz")  # fmt: skip
+    assert "non-finite" not in line
+    assert_one_line_error(invoke(args[:-2]), "non-finite")  # the default limit lets it run: it reads the layer
