@@ -183,3 +183,11 @@ def test_an_attribution_above_max_output_is_refused_before_any_weight_is_read(da
                                  "a shorter text", "--save-npz")  # fmt: skip
     assert "non-finite" not in line
     assert_one_line_error(invoke(args[:-2]), "non-finite")  # the default limit lets it run: it reads the layer
+
+
+def test_a_comparison_above_max_output_is_refused_before_any_weight_is_read(damaged):
+    args = ["compare", TEXT, "the dog sat on the mat", "--model", damaged, "--format", "json"]
+    line = assert_one_line_error(invoke([*args, "--max-output", "1KB"]), "the JSON output would be about",
+                                 "2 layers x 4 heads x 6 and 6 tokens", "shorter texts", "--save-npz")  # fmt: skip
+    assert "non-finite" not in line
+    assert_one_line_error(invoke(args), "non-finite")  # the default limit lets it run: it reads the layer
