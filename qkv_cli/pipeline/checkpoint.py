@@ -61,8 +61,8 @@ def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "
     plan = Plan(model, m, held, span, limit, given=_given(layers, rows, model.dtype), heads=heads)
     keep = plan.keep(chosen) if narrow else None
     keep = output_plan.narrowed(output, model, tokens, chosen, keep, span) if narrow else keep
+    plan.check(keep)  # the memory first, then what the output will print: both before any layer's weight is read
     output_plan.check_checkpoint(output, model, tokens, chosen, keep, span, _given(layers, rows, model.dtype))
-    plan.check(keep)
     ids = np.asarray(tokens.ids, dtype=np.int64)
     out = model.forward(ids, layers=chosen, kernel=kernel, tokens=tokens, keep=keep, rows=rows, heads=heads,
                         on_layer=on_layer)  # fmt: skip
