@@ -72,6 +72,20 @@ def size_of(value, name: str = "max_memory") -> int | None:
     return parse_size(str(value), "--max-memory" if name == "max_memory" else name)
 
 
+def parse_max_output(value) -> int:
+    """--max-output (a size such as '256MB', or bytes) as bytes; its default when None."""
+    from qkv_cli.core.output_size import parse_max_output as parse
+
+    return parse(value)
+
+
+def output_of(fmt: str, show, limit: int, heads=None, checkpoint: bool = True):
+    """What a run will print (core.output_size.Output): its format, the matrices shown, the limit, the heads."""
+    from qkv_cli.core.output_size import Output
+
+    return Output(fmt, tuple(show), limit, heads, checkpoint)
+
+
 def sample_text(name: str | None = None) -> str:
     """A built-in sample (sample_texts/NAME.txt), or with no name the sentence a command runs when given no TEXT."""
     from qkv_cli.text.samples import default_text

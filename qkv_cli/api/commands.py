@@ -98,13 +98,15 @@ def _chat(system, no_system, chat_template) -> dict:
             "chat_template": None if chat_template is None else str(chat_template)}  # fmt: skip
 
 
-def execute(req: Request, model: Model | None = None, on_token: Callable[[int, int], None] | None = None) -> Output:
+def execute(req: Request, model: Model | None = None, on_token: Callable[[int, int], None] | None = None,
+            on_layer: Callable | None = None) -> Output:  # fmt: skip
     """Run a checked pipeline Request (on the loaded ``model``, or seeded random weights) and wrap its Result: the
     one step behind ``qkv.run``, ``generate``, ``attribute`` and the CLI's commands that print, draw or write it.
-    on_token(t, id): called as a generation writes each token."""
+    on_token(t, id): called as a generation writes each token; on_layer(l, layer): as a checkpoint's forward makes
+    each detailed layer (views.streaming writes it; the run then keeps the first one only)."""
     from qkv_cli.pipeline.compute import compute
 
-    return wrap(compute(req, model, on_token=on_token), model, request=req)
+    return wrap(compute(req, model, on_token=on_token, on_layer=on_layer), model, request=req)
 
 
 def load_for(req: Request) -> Model | None:
@@ -129,6 +131,13 @@ def attributed_heads(method: str, head, heads) -> list[int]:
     from qkv_cli.pipeline.attribution import attributed_heads as heads_of
 
     return heads_of(method, head, heads)
+
+
+def check_attribution(fmt: str | None, limit: int, req: Request, model: Model | None, tau: int) -> None:
+    """An attribution's JSON or CSV refused above `limit` bytes, counted from the text's tokens before it runs."""
+    from qkv_cli.pipeline.attribution_output import check_attribution as check
+
+    check(fmt, limit, req, model, tau)
 
 
 def panel_size(req: Request, model: Model | None = None) -> tuple[int, int] | None:

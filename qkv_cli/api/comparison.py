@@ -12,10 +12,12 @@ from __future__ import annotations
 from qkv_cli.errors import QkvError, owning_float_errors
 
 
-def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bool = False, head: int | None = None):
+def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bool = False, head: int | None = None,
+               output: tuple | None = None):  # fmt: skip
     """The pipeline Comparison of CLI-named option values (the CLI's and the API's one door): texts (A, B) on
     models () or (M,), or (TEXT,) on (M1, M2); each model a name, a path or a loaded model. head: the head the CLI
-    will show, checked against the heads before either text runs."""
+    will show, checked against the heads before either text runs; output: (format, limit in bytes) of what the
+    CLI will print, refused above the limit before either text runs."""
     from qkv_cli.api.arguments import check_checkpoint_policy, request
     from qkv_cli.pipeline import compare
 
@@ -40,6 +42,10 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
         if not 0 <= head < tau:
             raise QkvError(f"--head {head} does not exist: heads are numbered 0..{tau - 1}")
     req = request(values | {"layer": () if layer is None else (layer,)}, None, None, model=None, narrow=False)
+    if output is not None:
+        from qkv_cli.pipeline.compare_output import check_compare
+
+        check_compare(req, texts, loaded, *output)
     return compare.run(req, texts, loaded)
 
 

@@ -14,6 +14,7 @@ from qkv_cli.cli.options import (
     FormatOpt,
     HeadFusionOpt,
     HeadOpt,
+    MaxOutputOpt,
     Method,
     MethodOpt,
     PrecisionOpt,
@@ -31,19 +32,23 @@ VALUE_NORM = Method("value-norm")  # the default: the one method that also works
 @takes(TEXT, RANDOM, MASKS, CROSS, CHECKPOINT, CHAT, BUDGET, ENCDEC)
 def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NORM,
               head_fusion: HeadFusionOpt = None, head: HeadOpt = None, precision: PrecisionOpt = 2,
-              format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None):  # fmt: skip
+              format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
+              max_output: MaxOutputOpt = None):  # fmt: skip
     """How much each key moves each query, beside the raw weights: rollout, value norms or value zeroing.
 
     --layer L (default the last) is the layer attributed (rollout: up to it). With no TEXT, a sample sentence."""
-    from qkv_cli.api.commands import attributed_heads, execute
-    from qkv_cli.cli.commands import noted, prepare, sample
+    from qkv_cli.api.arguments import parse_max_output
+    from qkv_cli.api.commands import attributed_heads, check_attribution, execute
+    from qkv_cli.cli.params import noted, prepare, sample
     from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.kinds import emit
 
+    limit = parse_max_output(max_output)
     if save_npz is not None:
         check_output_path(save_npz)
     req = request(opts, text, sample(), method=(method or VALUE_NORM).value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
+    check_attribution(format.value, limit, req, model, len(heads))  # before the run: the text's tokens counted
     shown = attributed_heads(req.method, head, heads)
     emit(noted(execute(req, model).result), None, shown, precision, format.value, save_npz)

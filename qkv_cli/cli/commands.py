@@ -48,6 +48,7 @@ from qkv_cli.cli.options import (
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
+    MaxOutputOpt,
     MethodOpt,
     ModelOpt,
     MOpt,
@@ -66,7 +67,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     choices,
 )  # fmt: skip
-from qkv_cli.cli.params import Opts, parse_heads, parse_show, request, takes
+from qkv_cli.cli.params import Opts, noted, parse_show, prepare, request, sample, takes
 from qkv_cli.errors import QkvError
 
 RowsOpt = Annotated[
@@ -79,44 +80,23 @@ EVERYTHING = (TEXT, RANDOM, MASKS, CROSS, ABLATION, CHECKPOINT, CHAT, BUDGET, EN
 DRAWN = (*EVERYTHING, GENERATION)  # a figure or a page may also draw a decoder's generation
 
 
-def sample(name: str | None = None) -> str:
-    from qkv_cli.api.arguments import sample_text
-
-    return sample_text(name)
-
-
-def noted(result):
-    """The result, after one line on stderr saying what --chat's template added (views.console.chat)."""
-    from qkv_cli.views.console.chat import note
-
-    note(result)
-    return result
-
-
-def prepare(req, head):
-    """Load the checkpoint (if any) and check --head against its heads, before the text is run."""
-    from qkv_cli.api.commands import load_for
-
-    model = load_for(req)
-    tau = req.settings.tau if model is None else model.config.n_heads
-    if model is not None and model.is_encoder_decoder:  # the heads of the attention shown
-        tau = model.n_heads(req.attention or "cross")
-    return model, parse_heads(head, tau)
-
-
 @app.command(epilog="Example: qkv run 'The animal did not cross the street because it was tired.' --heads 8 --causal")
 @takes(*EVERYTHING, PREDICTION, ROWS)
 def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt = "weights",
         precision: PrecisionOpt = 2, format: FormatOpt = Format.table, save_npz: SaveNpzOpt = None,
-        batch: BatchOpt = False):  # fmt: skip
+        batch: BatchOpt = False, max_output: MaxOutputOpt = None):  # fmt: skip
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
 
     With no TEXT and no --file, uses a built-in sample sentence."""
+    from dataclasses import replace
+
+    from qkv_cli.api.arguments import output_of, parse_max_output
     from qkv_cli.api.commands import execute
     from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.kinds import emit
 
     names = parse_show(show, SHOW_CHOICES)
+    limit = parse_max_output(max_output)
     if save_npz is not None:
         check_output_path(save_npz)
     req = request(opts, text, sample(), batch=batch, band=True, all_layers=format != Format.table, narrow=True)
@@ -126,10 +106,17 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
         check(model)
     if head and model is not None and not model.is_encoder_decoder:  # the exports keep only these heads' weights
-        from dataclasses import replace
-
         req = replace(req, heads=tuple(heads))
-    emit(noted(execute(req, model).result), names, heads, precision, format.value, save_npz)
+    stream = None
+    if format != Format.table:  # its size known before the run; a checkpoint's layers written as they are made
+        from qkv_cli.views.streaming import LayerWriter
+
+        shown = tuple(n for n in names if n != "experts")
+        req = replace(
+            req, output=output_of(format.value, shown, limit, tuple(heads) if head else None, model is not None)
+        )
+        stream = LayerWriter(format.value, names, heads) if model is not None else None
+    emit(noted(execute(req, model, on_layer=stream).result), names, heads, precision, format.value, save_npz, stream)
 
 
 ColorScale = choices("ColorScale", ("linear", "sqrt", "log"))  # views.figures.heatmaps.SCALES (a test checks)

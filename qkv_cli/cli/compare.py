@@ -13,6 +13,7 @@ from qkv_cli.cli.options import (
     RANDOM,
     CausalOpt,
     DownloadOpt,
+    MaxOutputOpt,
     PrecisionOpt,
     SaveNpzOpt,
     TableJson,
@@ -61,17 +62,19 @@ MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None)]
 def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, layer: CompareLayerOpt = None,
             head: CompareHeadOpt = None, download: DownloadOpt = False, precision: PrecisionOpt = 2,
             format: TableJsonOpt = TableJson.table, top: CompareTopOpt = 10, save_npz: SaveNpzOpt = None,
-            out: CompareOutOpt = None, page: ComparePageOpt = None):  # fmt: skip
+            out: CompareOutOpt = None, page: ComparePageOpt = None, max_output: MaxOutputOpt = None):  # fmt: skip
     """Compare attention weights: two texts on one model (qkv compare A B --model M), or one text on two models
     that share a tokenizer (qkv compare TEXT --model M1 --model M2). Prints A's and B's weights side by side, their
     difference B - A at the aligned token positions, and the heads that moved most.
 
     Equal token counts are aligned position by position; different counts by their common start and end, the
     differing middle left out (the header says which positions)."""
+    from qkv_cli.api.arguments import parse_max_output
     from qkv_cli.api.comparison import comparison
     from qkv_cli.views.console.compare import emit
     from qkv_cli.views.export.writing import check_output_path
 
+    limit = parse_max_output(max_output)
     if save_npz is not None:
         check_output_path(save_npz)
     if out is not None:
@@ -83,8 +86,9 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
 
         check_page_path(page)
     values = vars(opts) | {"layer": layer[0] if layer else None}
-    cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head)
-    from qkv_cli.cli.commands import noted
+    cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head,
+                     output=(format.value, limit))  # fmt: skip
+    from qkv_cli.cli.params import noted
 
     noted(cmp.a), noted(cmp.b)  # what --chat's template added, one line for each run
     emit(cmp, head, precision, format.value, top, save_npz)

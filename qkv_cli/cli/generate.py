@@ -73,7 +73,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         layer = list(dict.fromkeys(check_layer(at, L) for at in layer))  # in the order given, each once
         if len(layer) > 1 and loaded.is_encoder_decoder:
             raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
-    from qkv_cli.cli.commands import noted
+    from qkv_cli.cli.params import noted
 
     stream = None
     if format == Format.table and sys.stdout.isatty() and not loaded.is_encoder_decoder:

@@ -95,9 +95,8 @@ ScaleOpt = Annotated[
                  help="auto = 1/sqrt(d_k), none = 1, sqrt = sqrt(d_k) (the misprint), or a number."),
 ]  # fmt: skip
 PositionsOpt = Annotated[Positions, typer.Option(help="Add sinusoidal positional encodings to H, or none.")]
-ProjectionOpt = Annotated[
-    Projection, typer.Option(help="random (seeded Glorot) W_j^q/k/v, or identity: Q = K = V = slices of H.")
-]
+ProjectionOpt = Annotated[Projection, typer.Option(help="random (seeded Glorot) W_j^q/k/v, or identity: Q = K = V "
+                                                  "= slices of H.")]  # fmt: skip
 DtypeOpt = Annotated[Dtype, typer.Option(help="Floating point type.")]
 TokenizerOpt = Annotated[
     str,
@@ -106,11 +105,12 @@ TokenizerOpt = Annotated[
 ]  # fmt: skip
 MaxMemoryOpt = Annotated[str | None, typer.Option("--max-memory", metavar="SIZE", help="Refuse runs estimated "
                          "above this, e.g. 2GB (default: half the RAM).")]  # fmt: skip
+MaxOutputOpt = Annotated[str | None, typer.Option("--max-output", metavar="SIZE", help="Refuse a --format json "
+                         "or csv output estimated above this, before the run, e.g. 1GB (default: 256MB).")]  # fmt: skip
 HeadOpt = Annotated[list[str] | None, typer.Option("--head", metavar=INT, callback=integers, help="Head to show, "
                     "0..tau-1: --head 0,2 or --head 0 --head 2 (default all).")]  # fmt: skip
-ShowOpt = Annotated[
-    str, typer.Option(metavar="NAMES", help=f"Comma list of matrices to show: {','.join(SHOW_CHOICES)}.")
-]
+ShowOpt = Annotated[str, typer.Option(metavar="NAMES", help="Comma list of matrices to show: "
+                   f"{','.join(SHOW_CHOICES)}.")]  # fmt: skip
 PrecisionOpt = Annotated[int, typer.Option(min=0, max=12, help="Digits after the decimal point.")]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table, json or csv (on stdout).")]
 TableJsonOpt = Annotated[TableJson, typer.Option("--format", help="table or json (on stdout).")]

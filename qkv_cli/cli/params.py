@@ -98,3 +98,28 @@ def parse_heads(head: list[int] | None, tau: int) -> list[int]:
     if bad:
         raise QkvError(f"--head {bad[0]} does not exist: heads are numbered 0..{tau - 1}")
     return list(dict.fromkeys(head))
+
+
+def sample(name: str | None = None) -> str:
+    from qkv_cli.api.arguments import sample_text
+
+    return sample_text(name)
+
+
+def noted(result):
+    """The result, after one line on stderr saying what --chat's template added (views.console.chat)."""
+    from qkv_cli.views.console.chat import note
+
+    note(result)
+    return result
+
+
+def prepare(req, head):
+    """Load the checkpoint (if any) and check --head against its heads, before the text is run."""
+    from qkv_cli.api.commands import load_for
+
+    model = load_for(req)
+    tau = req.settings.tau if model is None else model.config.n_heads
+    if model is not None and model.is_encoder_decoder:  # the heads of the attention shown
+        tau = model.n_heads(req.attention or "cross")
+    return model, parse_heads(head, tau)

@@ -6,9 +6,9 @@ from typing import Annotated
 import typer
 
 from qkv_cli.cli.app import app
-from qkv_cli.cli.commands import DRAWN, noted, prepare, sample
+from qkv_cli.cli.commands import DRAWN
 from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
-from qkv_cli.cli.params import Opts, request, takes
+from qkv_cli.cli.params import Opts, noted, prepare, request, sample, takes
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
 MaxPageOpt = Annotated[

@@ -21,7 +21,7 @@ from qkv_cli.models.families.registry import family_for
 from qkv_cli.models.formats.config import ModelConfig, Param
 from qkv_cli.models.layers.attention import sink_share
 from qkv_cli.models.layers.moe import stacked
-from qkv_cli.models.select import check_head, check_layer, select_layers, select_rows
+from qkv_cli.models.select import check_head, check_layer, rows_of, select_layers, select_rows
 
 SCRATCH_ROWS = 2 * 128  # a blocked layer's scratch: two threads' row blocks (core.vectorized.MAX_BLOCK_ROWS rows each)
 
@@ -170,14 +170,15 @@ class Model:
         return self.forward(tokens.ids, layers=layers, kernel=kernel, tokens=tokens)
 
     def forward(self, ids, layers=None, kernel: str = "vectorized", tokens=None, type_ids=None, keep=None,
-                rows=None, heads=None) -> Result:  # fmt: skip
+                rows=None, heads=None, on_layer=None) -> Result:  # fmt: skip
         """The forward pass on vocabulary ids (m,).
 
         layers: None (no details, the fastest), "all", or layer indices (0-based; -1 the last) that keep a LAYER
         Result. keep: the layers whose attention weights `attentions` holds (None: every layer; the others run
         through a kernel that holds one block of rows at a time). rows: a slice (or "A:B") of query positions
         whose weights are kept (None: all). heads: the heads `attentions` keeps (None: all; a layer's detail keeps
-        every head). kernel: a core.kernels name."""
+        every head). kernel: a core.kernels name. on_layer(l, LayerResult): called as each detailed layer is
+        made; then only the first detailed layer stays in `layers` (an output written layer by layer)."""
         from qkv_cli.core.kernels import get_kernel
 
         get_kernel(kernel)
@@ -221,7 +222,11 @@ class Model:
             if getattr(parts, "routing", None) is not None:
                 routing[l] = parts.routing
             if l in detail:
-                details[l] = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
+                made = self._layer_result(l, parts, mask, fam.layer_mask(c, l), tokens, kernel, span)
+                if on_layer is None or not details:
+                    details[l] = made
+                if on_layer is not None:
+                    on_layer(l, made)
         hidden[-1] = fam.final(p, c, x)
         return ModelResult(
             sinks=sink_share(attentions) if getattr(c.attention, "sinks", False) else None,
@@ -244,7 +249,7 @@ class Model:
         r = slice(None) if span is None else slice(*span)
         Q, pre = parts.Q[:, r], None if parts.Q_pre_rope is None else parts.Q_pre_rope[:, r]
         mask = np.zeros((m, m), dtype=parts.H.dtype) if mask is None else mask
-        queries = tokens if span is None else _rows_of(tokens, r)
+        queries = tokens if span is None else rows_of(tokens, r)
         return LayerResult(
             tokens=queries, scale=scale, kernel=kernel, softcap=softcap, H=parts.H[r], Wq=w["Wq"],
             Wk=w["Wk"], Wv=w["Wv"], Q=Q, K=parts.K, V=parts.V,
@@ -254,14 +259,6 @@ class Model:
             key_tokens=None if span is None else tokens, rows=None if span is None else np.arange(m)[r], **extras,
             sinks=sink_share(parts.weights) if getattr(self.config.attention, "sinks", False) else None,
         )  # fmt: skip
-
-
-def _rows_of(tokens, r: slice):
-    """The Tokens of query positions r (their strings, labels, offsets and ids)."""
-    from dataclasses import replace
-
-    return replace(tokens, strings=tokens.strings[r], labels=tokens.labels[r], offsets=tokens.offsets[r],
-                   ids=None if tokens.ids is None else tokens.ids[r])  # fmt: skip
 
 
 def layer_masks(family, c: ModelConfig, m: int, n: int, dtype, offset: int = 0) -> list:

@@ -65,3 +65,11 @@ def check_head(index: int, n_heads: int) -> int:
     if not 0 <= index < n_heads:
         raise QkvError(f"--head {index} does not exist: heads are numbered 0..{n_heads - 1}")
     return int(index)
+
+
+def rows_of(tokens, r: slice):
+    """The Tokens of query positions r (their strings, labels, offsets and ids)."""
+    from dataclasses import replace
+
+    return replace(tokens, strings=tokens.strings[r], labels=tokens.labels[r], offsets=tokens.offsets[r],
+                   ids=None if tokens.ids is None else tokens.ids[r])  # fmt: skip

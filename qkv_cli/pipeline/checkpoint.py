@@ -40,12 +40,15 @@ def check_memory(model, activations: int, limit: int, hints: str, what: str = "t
 
 def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "vectorized",
         max_memory: int | None = None, detail: bool = True, chat=None, rows=None,
-        narrow: bool = False, heads=None) -> Result:  # fmt: skip
+        narrow: bool = False, heads=None, output=None, on_layer=None) -> Result:  # fmt: skip
     """Forward `text` (in a chat template with chat): a MODEL Result with a LAYER Result for each chosen layer
     (none without detail). Every layer's attention is kept; with narrow (views that read attention_layers) only
     the chosen layers' when every layer's does not fit the budget. rows ("A:B", a slice over the query
-    positions): only those queries' weights are kept; heads (--head): only those heads' (None: every head)."""
+    positions): only those queries' weights are kept; heads (--head): only those heads' (None: every head).
+    output (core.output_size.Output): the JSON or CSV to print, refused before the forward above its limit;
+    on_layer(l, LayerResult): each detailed layer as it is made (written, then dropped: see Model.forward)."""
     from qkv_cli.models.select import select_rows
+    from qkv_cli.pipeline import output_plan
     from qkv_cli.pipeline.chat import prompt
 
     chosen = chosen_layers(model, layers, all_layers) if detail else []
@@ -54,11 +57,15 @@ def run(model, text: str, layers=None, all_layers: bool = False, kernel: str = "
     m = len(tokens)
     span = select_rows(rows, m)
     limit = budget.default_max_memory() if max_memory is None else max_memory
-    plan = Plan(model, m, len(chosen), span, limit, given=_given(layers, rows, model.dtype), heads=heads)
+    held = len(chosen) if on_layer is None else min(2, len(chosen))  # written layer by layer: the first and one
+    plan = Plan(model, m, held, span, limit, given=_given(layers, rows, model.dtype), heads=heads)
     keep = plan.keep(chosen) if narrow else None
-    plan.check(keep)
+    keep = output_plan.narrowed(output, model, tokens, chosen, keep, span) if narrow else keep
+    plan.check(keep)  # the memory first, then what the output will print: both before any layer's weight is read
+    output_plan.check_checkpoint(output, model, tokens, chosen, keep, span, _given(layers, rows, model.dtype))
     ids = np.asarray(tokens.ids, dtype=np.int64)
-    out = model.forward(ids, layers=chosen, kernel=kernel, tokens=tokens, keep=keep, rows=rows, heads=heads)
+    out = model.forward(ids, layers=chosen, kernel=kernel, tokens=tokens, keep=keep, rows=rows, heads=heads,
+                        on_layer=on_layer)  # fmt: skip
     out.chat = said if chat is not None else None
     return out
 

@@ -65,8 +65,9 @@ def load_model(req: Request):
     return checkpoint.load(req.model, req.settings.dtype, req.download, req.max_memory)
 
 
-def compute(req: Request, model=None, on_token=None) -> Result:
-    """The Result the request describes (see core.result.Kind)."""
+def compute(req: Request, model=None, on_token=None, on_layer=None) -> Result:
+    """The Result the request describes (see core.result.Kind). on_layer(l, LayerResult): a checkpoint run's
+    detailed layers as the forward makes them (views.streaming writes them)."""
     from qkv_cli.pipeline import band, batch, checkpoint, seeded
     from qkv_cli.pipeline.encdec import run as encdec
 
@@ -86,7 +87,8 @@ def compute(req: Request, model=None, on_token=None) -> Result:
         if req.generate:
             return generation(req, model, on_token)
         run = checkpoint.run(model, read_text(req), req.layers, req.all_layers, s.kernel, req.max_memory,
-                             chat=req.chat, rows=req.rows, narrow=req.narrow, heads=req.heads)  # fmt: skip
+                             chat=req.chat, rows=req.rows, narrow=req.narrow, heads=req.heads, output=req.output,
+                             on_layer=on_layer)  # fmt: skip
         if req.predict or req.logit_lens:
             from qkv_cli.pipeline.predict import predict
 
@@ -103,7 +105,7 @@ def compute(req: Request, model=None, on_token=None) -> Result:
     text = read_text(req)
     if req.band and s.window is not None and s.chunk is None and not more and s.ablate is None:
         return band.run(text, s, max_memory=req.max_memory)
-    return seeded.run(text, s, max_memory=req.max_memory, **more)
+    return seeded.run(text, s, max_memory=req.max_memory, output=req.output, **more)
 
 
 def attribution(req: Request, model=None) -> Result:

@@ -42,6 +42,7 @@ class Request:
     target: str | None = None  # an encoder-decoder: the decoder reads its start token, then this text
     attention: str | None = None  # an encoder-decoder: encoder, decoder or cross (None: cross)
     induction_probe: int = 0  # qkv heads: N seeded random tokens repeated twice instead of the text (0: the text)
+    output: object = None  # core.output_size.Output: the JSON or CSV to print, refused above its limit (None: none)
 
     @property
     def from_stdin(self) -> bool:

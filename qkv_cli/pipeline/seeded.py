@@ -55,11 +55,13 @@ def run(
     context_tokens=None,
     allowed=None,
     padding=None,
+    output=None,
 ) -> Result:
     """The whole pipeline on random (seeded) weights; a SEEDED Result.
 
     context / context_tokens: cross-attention, keys and values from this text.
     allowed: a custom (m, n) bool grid, True = may attend (--mask-file); padding: (n,) bool, True = pad key.
+    output: core.output_size.Output, the JSON or CSV to print: refused above its limit before anything runs.
     """
     from qkv_cli.pipeline import ablate
     from qkv_cli.text.tokens import tokenize
@@ -83,6 +85,10 @@ def run(
     if allowed is not None:
         masks.check_shape(allowed, m, n, "--mask-file")
     budget.check_budget(estimate(m, settings, n), limit, HINTS, dtype=settings.dtype)
+    if output is not None:
+        from qkv_cli.pipeline.output_plan import check_dense
+
+        check_dense(output, settings, tokens, n)
     dtype = np.dtype(settings.dtype)
     H = embed(list(tokens.strings), settings.d, settings.seed, settings.positions, dtype)
     Y = H if context_tokens is None else embed(list(context_tokens.strings), settings.d, settings.seed,

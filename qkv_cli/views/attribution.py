@@ -8,7 +8,6 @@ heads, value_norms (tau, n), weights (tau, m, n), method, layer, ids, tokens.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import numpy as np
@@ -61,7 +60,7 @@ def arrays(r: Result) -> dict:
 
 
 def json_doc(r: Result) -> dict:
-    from qkv_cli.views.export.results import jsonable, settings_dict
+    from qkv_cli.views.export.results import settings_dict
 
     doc = {"method": r.method, "layer": layer_of(r), "tokens": list(r.tokens.strings), "labels": r.labels,
            "ids": None if r.ids is None else [int(i) for i in r.ids], "settings": settings_dict(r),
@@ -74,7 +73,7 @@ def json_doc(r: Result) -> dict:
         doc["cost"] = r.cost
     for name in ("attribution", "attribution_heads", "value_norms", "weights"):
         if getattr(r, name) is not None:
-            doc[name] = jsonable(getattr(r, name))
+            doc[name] = np.asarray(getattr(r, name))  # written row by row (export.write_json), -inf as null
     doc["received"] = received(r)
     return doc
 
@@ -97,7 +96,10 @@ def csv_rows(r: Result):
 def emit(r: Result, show, heads, precision: int, fmt: str, save_npz=None) -> None:
     """Table, JSON or CSV on stdout; then the NPZ if asked. heads: per-head tables (value-norm), [] for none."""
     if fmt == "json":
-        sys.stdout.write(json.dumps(json_doc(r), allow_nan=False) + "\n")
+        from qkv_cli.views.export.results import write_json
+
+        write_json(json_doc(r), sys.stdout)
+        sys.stdout.write("\n")
     elif fmt == "csv":
         import csv
 

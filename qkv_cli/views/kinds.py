@@ -42,8 +42,11 @@ KINDS = {
 }  # fmt: skip
 
 
-def emit(result: Result, show, heads, precision, fmt, save_npz=None) -> None:
-    """Print the result in the chosen format; then save the NPZ if asked."""
+def emit(result: Result, show, heads, precision, fmt, save_npz=None, stream=None) -> None:
+    """Print the result in the chosen format; then save the NPZ if asked. stream: the views.streaming writer
+    that already wrote a checkpoint run's layers as they were made (it closes the document)."""
+    if stream is not None and stream.started and result.kind == Kind.MODEL:
+        return model.emit_run(result, show, heads, precision, fmt, save_npz, stream=stream)
     KINDS[result.kind].emit(result, show, heads, precision, fmt, save_npz)
 
 

@@ -12,13 +12,16 @@ from qkv_cli.views.console import clean
 from qkv_cli.views.export import results as export
 
 
-def emit_run(run, show, heads, precision, fmt, save_npz=None) -> None:
-    """Tables for each chosen layer; JSON with every chosen layer plus `attentions`; NPZ of the first chosen layer."""
+def emit_run(run, show, heads, precision, fmt, save_npz=None, stream=None) -> None:
+    """Tables for each chosen layer; JSON with every chosen layer plus `attentions`; NPZ of the first chosen layer.
+    stream: views.streaming's writer, which wrote the JSON's or CSV's layers as the forward made them."""
     from qkv_cli.views.layer import emit_layer
 
     experts, show = "experts" in show, [s for s in show if s != "experts"]  # the routing is not a layer's matrix
     first = run.first_layer()
-    if fmt == "json":
+    if stream is not None and fmt in ("json", "csv"):
+        stream.finish(run, experts)
+    elif fmt == "json":
         doc = export.json_doc(first, show, heads)
         doc.pop("matrices")
         doc["layers"] = {str(l): export.json_doc(r, show, heads)["matrices"] for l, r in run.layers.items()}

@@ -31,8 +31,8 @@ def executed(monkeypatch):
     seen = []
     real = commands.execute
 
-    def spy(req, model=None, on_token=None):
-        out = real(req, model, on_token)
+    def spy(req, model=None, on_token=None, on_layer=None):
+        out = real(req, model, on_token, on_layer)
         seen.append(out.result.kind.value)
         return out
 

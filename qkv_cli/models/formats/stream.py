@@ -45,8 +45,9 @@ class Layers(Sequence):
         if not 0 <= l < self._n:
             raise IndexError(l)
         with self._lock:
+            again = self._last is not None and self._last[0] == l  # the same pass asking again (a layer's detail)
             block = self._take(l)
-            if l not in self._kept and l in self._seen and len(self._kept) < self.resident:
+            if not again and l not in self._kept and l in self._seen and len(self._kept) < self.resident:
                 self._kept[l] = block
             self._seen.add(l)
             self._last = (l, block)

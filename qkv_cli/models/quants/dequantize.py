@@ -1,8 +1,8 @@
 """ggml's storage types, dequantized with NumPy: one kernel per type, each a few vectorized steps over its blocks.
 
 A block of `block` values is stored in `nbytes` bytes: fp16 scales (d, and dmin or m for the "_1" and K types)
-and packed integers q; a value is d * q, or d * q + m, or d * q - dmin * m for the K-quants (the IQ types in
-quants_iq, the 4-bit floats and ternary types in quants_fp). The float32 operations
+and packed integers q; a value is d * q, or d * q + m, or d * q - dmin * m for the K-quants (Q4_0, Q8_0, Q4_K and
+Q6_K in quants.fast, the IQ types in quants_iq, the 4-bit floats and ternary types in quants_fp). The float32 operations
 run in the order gguf-py's (and ggml's reference C) do, one rounding per step, so the results are equal bit for bit.
 Kernels run over chunks of blocks in place, so the temporaries stay small and in cache.
 """
@@ -15,6 +15,8 @@ from qkv_cli.errors import QkvError
 from qkv_cli.models.quants.bits import BITS, F16, F32, NIBBLES, PAIRS
 from qkv_cli.models.quants.bits import f16 as _f16
 from qkv_cli.models.quants.bits import unpack as _unpack
+from qkv_cli.models.quants.fast import KERNELS as FAST_KERNELS
+from qkv_cli.models.quants.fast import _scale_min_k4
 from qkv_cli.models.quants.fp import KERNELS as FP_KERNELS
 from qkv_cli.models.quants.iq import KERNELS as IQ_KERNELS
 
@@ -39,17 +41,6 @@ CHUNK_BYTES = 1 << 16  # input bytes per chunk: the chunk's float32 output stays
 
 def ggml_name(type_id: int) -> str:
     return GGML_NAMES[type_id] if 0 <= type_id < len(GGML_NAMES) else f"type {type_id}"
-
-
-def _q8_0(b, out):  # [n, 34] -> [n, 32]: d * q, q int8
-    out[:] = b[:, 2:].view(np.int8)
-    out *= _f16(b, 0)
-
-
-def _q4_0(b, out):  # [n, 18] -> [n, 32]: d * (q - 8)
-    out.reshape(-1, 2, 16)[:] = _unpack(b[:, 2:], NIBBLES, 0x0F)
-    out -= F32(8)
-    out *= _f16(b, 0)
 
 
 def _q4_1(b, out):  # [n, 20] -> [n, 32]: d * q + m
@@ -97,24 +88,9 @@ def _q3_k(b, out):  # [n, 110] -> [n, 256]: (d * (sc - 32)) * (q - 4 * (1 - hbit
     o *= dl[:, :, None]
 
 
-def _scale_min_k4(s):  # [n, 12] -> [n, 8] scales, [n, 8] mins: 6-bit values packed as ggml's get_scale_min_k4
-    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    sc = np.concatenate([d & np.uint8(0x3F), (md & np.uint8(0x0F)) | ((d >> np.uint8(2)) & np.uint8(0x30))], axis=1)
-    mn = np.concatenate([m & np.uint8(0x3F), (md >> np.uint8(4)) | ((m >> np.uint8(2)) & np.uint8(0x30))], axis=1)
-    return sc, mn
-
-
 def _k_scales(b):  # [n, >=16] -> [n, 8, 1] d * sc, [n, 8, 1] dmin * m
     sc, mn = _scale_min_k4(b[:, 4:16])
     return (_f16(b, 0) * sc.astype(F32))[:, :, None], (_f16(b, 2) * mn.astype(F32))[:, :, None]
-
-
-def _q4_k(b, out):  # [n, 144] -> [n, 256]: (d * sc) * q - (dmin * m), 8 groups of 32
-    dl, ml = _k_scales(b)
-    out.reshape(-1, 4, 2, 32)[:] = _unpack(b[:, 16:].reshape(-1, 4, 32), NIBBLES, 0x0F)
-    o = out.reshape(-1, 8, 32)
-    o *= dl
-    o -= ml
 
 
 def _q5_k(b, out):  # [n, 176] -> [n, 256]: (d * sc) * q - (dmin * m), q = nibble | bit << 4, 8 groups of 32
@@ -126,23 +102,15 @@ def _q5_k(b, out):  # [n, 176] -> [n, 256]: (d * sc) * q - (dmin * m), q = nibbl
     o -= ml
 
 
-def _q6_k(b, out):  # [n, 210] -> [n, 256]: (d * sc) * (q - 32), sc int8, 16 groups of 16
-    dl = _f16(b, 208) * b[:, 192:208].view(np.int8).astype(F32)
-    ql = _unpack(b[:, :128].reshape(-1, 2, 64), NIBBLES, 0x0F).reshape(-1, 8, 32)
-    qh = _unpack(b[:, 128:192].reshape(-1, 2, 32), PAIRS, 3).reshape(-1, 8, 32)
-    out.reshape(-1, 8, 32)[:] = (ql | (qh << np.uint8(4))).astype(np.int8) - np.int8(32)
-    o = out.reshape(-1, 16, 16)
-    o *= dl[:, :, None]
-
-
 KERNELS = {  # name -> kernel(blocks [n, nbytes] uint8, out [n, block] float32), filling out in place
-    "Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1,
-    "Q2_K": _q2_k, "Q3_K": _q3_k, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k, **IQ_KERNELS, **FP_KERNELS,
+    "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q2_K": _q2_k, "Q3_K": _q3_k, "Q5_K": _q5_k, **FAST_KERNELS,
+    **IQ_KERNELS, **FP_KERNELS,
 }  # fmt: skip
 
 
-def dequantize(raw: np.ndarray, kind: str, shape) -> np.ndarray:  # [nbytes] uint8 -> shape float32
-    """The values of one tensor stored as `kind`; F32 is a view of `raw` (no copy), every other type a new array."""
+def dequantize(raw: np.ndarray, kind: str, shape, out=None) -> np.ndarray:  # [nbytes] uint8 -> shape float32
+    """The values of one tensor stored as `kind`; F32 is a view of `raw` (no copy), every other type a new array,
+    or (a block type) written into `out`, a C-contiguous float32 array of as many values, reused by the caller."""
     if kind not in BY_NAME:
         raise QkvError(f"ggml type {kind!r} cannot be dequantized: supported are {', '.join(BY_NAME)}")
     block, nbytes = BY_NAME[kind]
@@ -159,7 +127,11 @@ def dequantize(raw: np.ndarray, kind: str, shape) -> np.ndarray:  # [nbytes] uin
     if kind == "BF16":  # the upper half of a float32
         return (raw.view("<u2").astype(np.uint32) << np.uint32(16)).view(F32).reshape(shape)
     blocks = raw.reshape(-1, nbytes)
-    out = np.empty((len(blocks), block), F32)
+    if out is None:
+        out = np.empty((len(blocks), block), F32)
+    elif out.dtype != F32 or out.size != count or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous float32 array of {count} values")
+    out = out.reshape(len(blocks), block)
     step = max(1, CHUNK_BYTES // nbytes)
     kernel = KERNELS[kind]
     with np.errstate(over="ignore", invalid="ignore"):  # a hostile scale (inf, NaN, 2^127) gives inf / NaN values,
