@@ -4,7 +4,7 @@ Only regular files are written: a device, a FIFO or a directory is refused (a sy
 target, which is replaced; the link stays). A file this run reads is never an output. A file that exists keeps its
 permissions; a read-only one is refused. SIGINT, SIGTERM and SIGHUP end the run through an exception (see
 qkv_cli/__main__.py), so the temporary file is removed on every exit; they are held back for the moment between
-creating the temporary file and entering the block that removes it.
+creating the temporary file and knowing its name.
 """
 
 from __future__ import annotations
@@ -69,28 +69,51 @@ def check_output_path(path: str | Path, suffixes: tuple[str, ...] | None = None)
 
 
 @contextmanager
+def _held_signals():
+    """SIGINT, SIGTERM and SIGHUP recorded instead of handled while the block runs, then raised: a signal mask
+    would hold them back in this thread only, and any thread (BLAS, the tokenizer's) may receive a process signal,
+    whose Python handler then runs here at once. The signals' handlers can only be changed on the main thread; on
+    another, the block runs as it is."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    handlers = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in STOPPING}
+    try:
+        yield
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if got:
+            signal.raise_signal(got[0])  # handled now, by the handler that was in place
+
+
+@contextmanager
 def atomic_write(path: str | Path, mode: str = "wb"):
     """Yield a temporary file beside `path`'s target; rename it over the target only if the block finishes."""
     check_output_path(path)  # again at write time: an input read since the first check is refused too
     real, st = target(path)
     keep = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)  # no signal between mkstemp and the try below
-    try:  # a short prefix: the temporary name must fit in NAME_MAX bytes too
-        fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:64]}.", suffix=".tmp", dir=real.parent)
-    except OSError as exc:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        raise _refuse(path, exc.strerror or str(exc)) from None
+    tmp = None
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a signal held back is raised here, inside the try
+        with _held_signals():  # no signal between mkstemp and `tmp` set: one raised here is inside the try
+            try:  # a short prefix: the temporary name must fit in NAME_MAX bytes too
+                fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:64]}.", suffix=".tmp", dir=real.parent)
+            except OSError as exc:
+                raise _refuse(path, exc.strerror or str(exc)) from None
         with os.fdopen(fd, mode) as handle:
             yield handle
         os.chmod(tmp, keep)  # mkstemp makes 0600: give the file its old mode, or the usual one
         os.replace(tmp, real)
     except OSError as exc:
-        _remove(tmp)
+        if tmp is not None:
+            _remove(tmp)
         raise _refuse(path, exc.strerror or str(exc)) from None
     except BaseException:
-        _remove(tmp)
+        if tmp is not None:
+            _remove(tmp)
         raise
 
 
