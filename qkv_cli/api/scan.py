@@ -102,7 +102,7 @@ def scan(corpus: str | PathLike, model: Any = None, *, out: str | PathLike | Non
          limit: int | None = None, max_tokens: int | None = None, strict: bool = False, detectors=None, to=None,
          measure: str = "mul", exclude_first: bool = False, exclude_current: bool = False, chat: bool = False,
          system: str | None = None, no_system: bool = False, chat_template: str | None = None,
-         kernel: str = "vectorized", dtype: str | None = None, shard_size: int = 256, batch_tokens: int = 4096,
+         kernel: str = "vectorized", dtype: str | None = None, shard_size: int = 256, batch_tokens: int = 512,
          max_memory: int | str | None = None, engine: str = "local", ray_address: str | None = None,
          resume: bool = False, on_progress: Callable | None = None,
          total: int | None = None) -> ScanResult:  # fmt: skip

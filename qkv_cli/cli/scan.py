@@ -69,7 +69,7 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
          detectors: ScoresOpt = None, to: ToOpt = None, detector_measure: MeasureOpt = Measure.mul,
          exclude_first: ExcludeFirstOpt = False, exclude_current: ExcludeCurrentOpt = False,
          resume: ResumeOpt = False, engine: EngineOpt = Engine.local, ray_address: RayAddressOpt = None,
-         shard_size: ShardOpt = 256, batch_tokens: BatchTokensOpt = 4096, heatmap: HeatmapOpt = None,
+         shard_size: ShardOpt = 256, batch_tokens: BatchTokensOpt = 512, heatmap: HeatmapOpt = None,
          score: ScoreOpt = "previous", page: PageOpt = None, format: TableJsonOpt = TableJson.table,
          top: ScanTopOpt = 3, kernel: KernelOpt = "vectorized", dtype: ScanDtypeOpt = None,
          max_memory: MaxMemoryOpt = None):  # fmt: skip

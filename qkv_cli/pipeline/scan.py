@@ -41,7 +41,7 @@ class ScanPlan:
     kernel: str = "vectorized"
     dtype: str = "float64"
     shard_size: int = DEFAULT_SHARD
-    batch_tokens: int = 4096
+    batch_tokens: int = 512
     max_memory: int | None = None
     engine: str = "local"
     ray_address: str | None = None
@@ -146,16 +146,23 @@ def _long(model, record: Record, plan: ScanPlan):
     return encode(model.tokenizer, record.text, add_special_tokens=True)
 
 
-def check_memory(model, plan: ScanPlan, m: int, batch: int = 1) -> None:
-    """Refuse a batch whose forward pass does not fit the budget, with its figures and the options that help."""
+def check_memory(model, plan: ScanPlan, m: int, batch: int = 1, kept: list[int] | None = None) -> None:
+    """Refuse a pass whose memory does not fit the budget, with its figures and the options that help. A batch of
+    texts (kept: their lengths, m rows stacked) holds one layer's N x N weights and each text's own."""
     from qkv_cli.core import budget
     from qkv_cli.models import estimate_bytes
     from qkv_cli.pipeline.checkpoint import check_memory as check
 
     limit = budget.default_max_memory() if plan.max_memory is None else plan.max_memory
-    need = batch * estimate_bytes(model.config, m, model.dtype)
-    hint = "--max-tokens N (shorter texts), --batch-tokens N (smaller batches), or --dtype float32"
-    check(model, need, limit, hint, what=f"a batch of {batch} text{'s' if batch != 1 else ''} of {m} tokens")
+    c, item = model.config, model.dtype.itemsize
+    if kept is None:
+        need = estimate_bytes(c, m, model.dtype)
+    else:
+        need = estimate_bytes(c, m, model.dtype, kept_layers=1) + item * m * m * 2  # + the block-diagonal masks
+        need += item * c.n_layers * c.n_heads * sum(k * k for k in kept)
+    hint = "--batch-tokens N (smaller batches), --max-tokens N (shorter texts), or --dtype float32"
+    what = f"a batch of {batch} texts ({m:,} tokens)" if batch > 1 else f"a text of {m:,} tokens"
+    check(model, need, limit, hint, what=what)
 
 
 def score_block(model, plan: ScanPlan, block: list[Record]):
