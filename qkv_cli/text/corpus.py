@@ -37,11 +37,14 @@ class Record:
 
 
 def resolve(source: str) -> str:
-    """`sample:NAME` as the path of that shipped sample (qkv_cli.text.samples); any other CORPUS unchanged."""
+    """`sample:corpus` (sample_texts/corpus/corpus.txt) or `sample:NAME` (a shipped sample, qkv_cli.text.samples) as
+    its path; any other CORPUS unchanged."""
     if isinstance(source, str) and source.startswith("sample:"):
-        from qkv_cli.text.samples import sample_path
+        from qkv_cli.text.samples import sample_dir, sample_path
 
-        return str(sample_path(source.removeprefix("sample:")))
+        name = source.removeprefix("sample:").removesuffix(".txt")
+        corpus = sample_dir() / "corpus" / f"{name}.txt"
+        return str(corpus if "/" not in name and corpus.is_file() else sample_path(name))
     return source
 
 
