@@ -215,11 +215,14 @@ def _csv(source: str, field: str) -> Iterator[Record]:
 
     def decoded(handle):
         for n, line in enumerate(_bounded_lines(handle)):
-            text, problem = text_of(line, f"line {n + 1}") if line.strip() else (line.decode("utf-8", "replace"), None)
-            if problem is not None:
-                problems[n + 1] = problem
-                text = ""
-            yield text or ""
+            try:
+                text = line.decode("utf-8") if len(line) <= MAX_RECORD_BYTES else None
+            except UnicodeDecodeError as exc:
+                text = None
+                problems[n + 1] = f"line {n + 1}: not UTF-8 (bad byte at offset {exc.start})"
+            if text is None:
+                problems.setdefault(n + 1, f"line {n + 1}: longer than {MAX_RECORD_BYTES} bytes")
+            yield (text or "") + "\n"  # the line end: a quoted field keeps its newlines
 
     with _open(source) as handle:
         rows = csv.reader(decoded(handle))
