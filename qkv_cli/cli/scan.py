@@ -78,7 +78,7 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
     row per text, layer and head) and a summary.json (per head: mean, std, 95% interval, top 5 texts).
 
     Safe to interrupt: shards are written whole, and --resume continues where the scan stopped."""
-    from qkv_cli.api.scan import scan as run
+    from qkv_cli.api.scans import scan as run
     from qkv_cli.files import declare_inputs
     from qkv_cli.text.corpus import count
     from qkv_cli.views.scan import emit, progress_bar
