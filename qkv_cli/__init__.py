@@ -5,8 +5,8 @@
     qkv.heatmap(r, layer=5)                                      # a matplotlib Figure
     qkv.page(r)                                                  # the offline page (inline in a notebook)
 
-See ``qkv_cli.api`` for every function (load, run, generate, attribute, compare, heatmap, page, heads, shapes, mask, scan)
-and the result classes; ``attention(Q, K, V, mask=None, scale=None, kernel="vectorized")`` is the NumPy kernel
+See ``qkv_cli.api`` for every function (load, run, generate, attribute, compare, heatmap, page, heads, shapes, mask,
+scan) and the result classes; ``attention(Q, K, V, mask=None, scale=None, kernel="vectorized")`` is the NumPy kernel
 itself. Every name is imported on first use, so ``import qkv_cli`` stays light.
 """
 

@@ -39,8 +39,22 @@ def test_every_score_equals_qkv_heads_json(models, tmp_path, family, options):
         for row in heads_json(text, str(models[family]), *options):
             at = t * 8 + row["layer"] * 4 + row["head"]
             assert exact.column("text_id")[at].as_py() == t and exact.column("layer")[at].as_py() == row["layer"]
-            for name in ("entropy", "norm_entropy", "max_weight", "mean_distance", "self", "previous", "first",
-                         "local", "softmax_grad", "next", "sink", "previous_token", "duplicate_token", "induction"):
+            for name in (
+                "entropy",
+                "norm_entropy",
+                "max_weight",
+                "mean_distance",
+                "self",
+                "previous",
+                "first",
+                "local",
+                "softmax_grad",
+                "next",
+                "sink",
+                "previous_token",
+                "duplicate_token",
+                "induction",
+            ):
                 assert exact.column(name)[at].as_py() == row[name], (name, text, row["layer"], row["head"])
                 assert abs(batched.column(name)[at].as_py() - row[name]) <= 1e-10, (name, text)
 
