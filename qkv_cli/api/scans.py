@@ -76,7 +76,8 @@ class ScanResult:
         if self._model is None or self._plan is None:
             raise QkvError("the page runs the model again on each head's top texts: get the result from qkv.scan")
         doc = page_data(self._model, self._plan, self.summary, self._score(score))
-        return Page(render(doc), f"{len(doc['texts'])} texts, {self.summary['layers']} x {self.summary['heads']} heads")
+        s = self.summary
+        return Page(render(doc), f"{s['layers']} x {s['heads']} heads, their top texts: {len(doc['texts'])} texts")
 
     def __repr__(self) -> str:
         s = self.summary

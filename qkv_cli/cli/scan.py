@@ -24,6 +24,7 @@ from qkv_cli.cli.options import (
     choices,
 )
 from qkv_cli.cli.params import Opts, takes
+from qkv_cli.errors import QkvError
 
 Engine = choices("Engine", ("local", "ray"))  # pipeline.scan.ENGINES (without importing it)
 CorpusArg = Annotated[
@@ -84,7 +85,7 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
     from qkv_cli.views.scan import emit, progress_bar
 
     declare_inputs([corpus, model])
-    _check_outputs(heatmap, page)
+    _check_outputs(heatmap, page, score, detectors, to)
     options = dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict, detectors=detectors, to=to,
                    measure=detector_measure.value, exclude_first=exclude_first, exclude_current=exclude_current,
                    kernel=kernel, dtype=dtype and dtype.value, shard_size=shard_size, batch_tokens=batch_tokens,
@@ -111,8 +112,18 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
         typer.echo(f"wrote {result.page(score).save(page)}", err=True)
 
 
-def _check_outputs(heatmap, page) -> None:
-    """--heatmap and --page are checked before the scan starts (a bad path never costs a scan)."""
+def _check_outputs(heatmap, page, score, detectors, to) -> None:
+    """--heatmap, --page and --score are checked before the scan starts (a bad path never costs a scan)."""
+    if heatmap is not None or page is not None:
+        from qkv_cli.pipeline.scan_scores import SINK_SHARE, TO_PREFIX, parse_to, pick_scores
+
+        known = [*pick_scores(detectors), *(TO_PREFIX + t for t in parse_to(to)), SINK_SHARE]
+        if score not in known:
+            import difflib
+
+            near = difflib.get_close_matches(score, known, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            raise QkvError(f"--score {score!r} is not a score of this scan: {hint}choose from {', '.join(known[:-1])}")
     if heatmap is not None:
         from qkv_cli.views.figures import check_image_path
 
