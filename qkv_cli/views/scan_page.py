@@ -22,7 +22,8 @@ let lo = Infinity, hi = -Infinity;
 grid.forEach(r => r.forEach(v => { lo = Math.min(lo, v); hi = Math.max(hi, v); }));
 function colour(v, a, b) { const x = b > a ? (v - a) / (b - a) : 0.5;
   return "hsl(" + (260 - 200 * x) + ",70%," + (22 + 50 * x) + "%)"; }
-function el(tag, text) { const e = document.createElement(tag); if (text !== undefined) e.textContent = text; return e; }
+function el(tag, text) {
+  const e = document.createElement(tag); if (text !== undefined) e.textContent = text; return e; }
 const table = document.getElementById("grid"), head = el("tr");
 head.appendChild(el("th", "layer \\ head"));
 for (let j = 0; j < tau; j++) head.appendChild(el("th", String(j)));
@@ -66,8 +67,8 @@ def render(doc: dict) -> str:
 
     csp = f"default-src 'none'; script-src {_sha256(JS)}; style-src {_sha256(CSS)}; base-uri 'none'; form-action 'none'"
     title = html.escape(clean(f"qkv scan: {doc['score']} of {doc['model']}"))
-    about = html.escape(clean(f"mean {doc['score']} per layer and head over {doc['texts_scanned']:,} texts of "
-                              f"{doc['corpus']}; click a head for its top texts, a text for that head's attention"))  # fmt: skip
+    about = f"mean {doc['score']} per layer and head over {doc['texts_scanned']:,} texts of {doc['corpus']}"
+    about = html.escape(clean(about + "; click a head for its top texts, a text for that head's attention"))
     return (f'<!DOCTYPE html><html><head><meta charset="utf-8"><meta http-equiv="Content-Security-Policy" '
             f'content="{csp}"><title>{title}</title><style>{CSS}</style></head><body><h1>{title}</h1>'
             f'<p class="dim">{about}</p><div class="side"><table id="grid"></table><div><p id="which" class="dim">'
