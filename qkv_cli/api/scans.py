@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 class ScanResult:
     """A finished scan in its folder: ``out``, ``summary`` (summary.json as a dict), ``table`` (every row, read from
-    the shards on first use), ``top(score, n)``, ``heatmap(score)``, ``page(score)``."""
+    the shards on first use), ``top(score, n)``, ``heatmap(score)``, ``by_layer(*scores)``, ``page(score)``."""
 
     def __init__(self, out: str, summary: dict, model=None, plan=None, progress=None):
         self.out, self.summary, self._model, self._plan, self._table = str(out), summary, model, plan, None
@@ -65,6 +65,16 @@ class ScanResult:
         from qkv_cli.views.scan import heatmap_figure
 
         return _shown(heatmap_figure(self.summary, self._score(score)))
+
+    def by_layer(self, *scores: str) -> Figure:
+        """Each score's mean over the heads of each layer, one line per score (e.g. ``"to_[CLS]", "to_[SEP]"``:
+        Clark et al.'s figure), as a matplotlib Figure."""
+        from qkv_cli.api.show import _shown
+        from qkv_cli.views.scan import layer_figure
+
+        if not scores:
+            raise QkvError("by_layer needs at least one score, e.g. by_layer('to_[SEP]')")
+        return _shown(layer_figure(self.summary, [self._score(s) for s in scores]))
 
     def page(self, score: str = "previous") -> Page:
         """One offline page: the grid of ``score``; clicking a head shows its top texts and their attention (the

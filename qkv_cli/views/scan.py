@@ -98,6 +98,38 @@ def heatmap_figure(summary: dict, score: str):
     return fig
 
 
+def layer_figure(summary: dict, scores: list[str]):
+    """Each score's mean over the heads of a layer, layer by layer (one line per score): Clark et al.'s (2019)
+    figure of the attention on [CLS], [SEP] and punctuation per layer. A matplotlib Figure."""
+    from qkv_cli.views.figures import setup
+
+    setup()
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.8))
+    ax = fig.add_axes((0.11, 0.14, 0.62, 0.72))
+    for name in scores:
+        grid = np.asarray(summary["scores"][name]["mean"], dtype=np.float64)  # (L, tau)
+        ax.plot(range(grid.shape[0]), grid.mean(axis=1), marker="o", label=clean(_label(name)))
+    ax.set_xlabel("layer", fontsize=9)
+    ax.set_ylabel("mean over heads and texts", fontsize=9)
+    ax.set_xticks(range(summary["layers"]))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    title = f"{clean(summary['model'])}: attention mass per layer, {summary['texts']:,} texts"
+    fig.text(0.02, 0.93, title, fontsize=11, weight="bold", parse_math=False)
+    fig.qkv_meta = (title, f"qkv scan of {clean(summary['corpus'])}")
+    return fig
+
+
+def _label(name: str) -> str:  # to_[SEP] -> on [SEP]; to_, -> on "," (a lone punctuation mark, quoted)
+    if not name.startswith("to_"):
+        return name
+    token = name[3:]
+    return f'on "{token}"' if len(token) == 1 and not token.isalnum() else f"on {token}"
+
+
 def save_heatmap(summary: dict, score: str, path) -> str:
     from qkv_cli.views.figures import save_figure
 
