@@ -89,7 +89,8 @@ def floor_seconds(model, lengths: list[int], batch_tokens: int) -> float:
 
 def speed(args) -> None:
     import qkv_cli as qkv
-    from qkv_cli.pipeline.scan import ScanPlan, tokenized
+    from qkv_cli.pipeline.scan import ScanPlan
+    from qkv_cli.pipeline.scan_block import tokenized
     from qkv_cli.text.corpus import Record
 
     path = args.gguf or default_gguf()

@@ -14,8 +14,8 @@ MAX_TEXTS = 2000  # distinct top texts a page reruns (a model of 2,000 heads has
 def page_data(model, plan, summary: dict, score: str) -> dict:
     """The page's document: model, score, grid (L x tau means), texts {text_id: tokens}, heads {"l,j": [[text_id,
     value, weights (m x m, 3 decimals)], ...]}."""
-    from qkv_cli.pipeline.scan import check_memory, tokenized
     from qkv_cli.pipeline.scan_batch import forward_many
+    from qkv_cli.pipeline.scan_block import check_memory, tokenized
     from qkv_cli.text.corpus import records
 
     s = summary["scores"][score]

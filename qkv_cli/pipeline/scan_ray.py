@@ -38,7 +38,7 @@ class ScanWorker:
         self.model, self.plan = load(path, dtype, max_memory=plan.max_memory), plan
 
     def score(self, job):
-        from qkv_cli.pipeline.scan import score_block
+        from qkv_cli.pipeline.scan_block import score_block
 
         k, block = job
         return k, score_block(self.model, self.plan, block)

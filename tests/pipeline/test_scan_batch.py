@@ -9,8 +9,9 @@ from scanning import SENTENCES
 from tiny import DECODERS, make_checkpoint
 
 from qkv_cli.api.commands import load
-from qkv_cli.pipeline.scan import ScanPlan, check_memory, tokenized
+from qkv_cli.pipeline.scan import ScanPlan
 from qkv_cli.pipeline.scan_batch import batches, forward_many, stackable
+from qkv_cli.pipeline.scan_block import check_memory, tokenized
 from qkv_cli.pipeline.scan_scores import Measures, text_scores
 from qkv_cli.text.corpus import Record
 
