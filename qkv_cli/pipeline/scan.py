@@ -115,9 +115,11 @@ def scan(plan: ScanPlan, model, on_progress: Callable[[Progress], None] | None =
     """Run (or resume) the scan into plan.out; returns (the summary, pipeline.scan_summary's; this run's Progress).
     on_progress(progress): called after each shard is written."""
     from qkv_cli.pipeline import scan_store
+    from qkv_cli.pipeline.scan_block import check_memory
 
     check_model(model)
     model.tokenizer  # noqa: B018  (a missing tokenizer is one error for the scan, not one per text)
+    check_memory(model, plan, min(plan.batch_tokens, model.config.max_positions))  # the largest batch, first
     manifest = plan.manifest(model)
     written = scan_store.prepare(plan.out, manifest, plan.resume)
     progress = Progress(total=total)
@@ -157,7 +159,7 @@ def finish(out, manifest: dict) -> dict:
     summary = summarize(out, manifest)
     if not summary["texts"]:
         first = summary["unreadable"][0]["problem"] if summary["unreadable"] else "no records"
-        raise QkvError(f"corpus {manifest['corpus']!r} has no readable text ({len(summary['unreadable'])} "
+        raise QkvError(f"corpus {manifest['corpus']!r} has no readable text ({summary['unreadable_count']} "
                        f"unreadable; the first: {first})")  # fmt: skip
     write_atomic(Path(out).expanduser() / SUMMARY, json.dumps(summary).encode())
     return summary

@@ -8,7 +8,8 @@ Per score, as layer x head grids over the texts scanned:
   share of texts on which the head passes it;
 - top: the 5 texts with the largest value, as [text_id, value] (ties: the smaller text_id first).
 
-Beside them: how many records were read, texts scored and cut (--max-tokens), and every unreadable record.
+Beside them: how many records were read, texts scored and cut (--max-tokens), how many were unreadable and the
+first LISTED of them (text_id, where, the problem).
 Means and variances are merged shard by shard (Chan et al.'s pairwise update), so no column is held whole.
 """
 
@@ -20,6 +21,7 @@ from qkv_cli.core.roles import THRESHOLDS
 from qkv_cli.pipeline.scan_store import KEYS, arrow, shard_meta, shards
 
 TOP = 5
+LISTED = 1000  # unreadable records listed in summary.json (all are counted)
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 
 
@@ -73,11 +75,12 @@ def summarize(out, manifest: dict) -> dict:
     L, tau = manifest["layers"], manifest["heads"]
     H = L * tau
     running: dict[str, Running] = {}
-    problems, cut, texts, records = [], 0, 0, 0
+    problems, unreadable, cut, texts, records = [], 0, 0, 0, 0
     columns: list[str] = []
     for path in shards(out):
         meta = shard_meta(path)
-        problems += meta["problems"]
+        problems += meta["problems"][: max(0, LISTED - len(problems))]
+        unreadable += len(meta["problems"])
         cut, texts, records = cut + meta["cut"], texts + meta["texts"], records + meta["records"]
         table = pq.read_table(path)
         if not columns:
@@ -92,7 +95,7 @@ def summarize(out, manifest: dict) -> dict:
             running[name].add(table.column(name).to_numpy().reshape(n, H), ids)
     return {
         "model": manifest["model"], "corpus": manifest["corpus"], "layers": L, "heads": tau,
-        "records": records, "texts": texts, "cut": cut, "unreadable": problems,
+        "records": records, "texts": texts, "cut": cut, "unreadable_count": unreadable, "unreadable": problems,
         "columns": columns, "scores": {name: r.result(L, tau) for name, r in running.items()},
     }  # fmt: skip
 

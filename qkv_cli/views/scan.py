@@ -20,7 +20,7 @@ def header(summary: dict, out: str) -> list[str]:
     notes = []
     if s["unreadable"]:
         first = s["unreadable"][0]["problem"]
-        notes.append(f"{len(s['unreadable'])} unreadable (the first: {clean(first)})")
+        notes.append(f"{s['unreadable_count']:,} unreadable (the first: {clean(first)})")
     if s["cut"]:
         notes.append(f"{s['cut']} cut to --max-tokens")
     if notes:
@@ -34,7 +34,7 @@ def emit(summary: dict, out: str, fmt: str = "table", top: int = 3, scores=None)
     best = {name: top_heads(summary, name, top) for name in names}
     if fmt == "json":
         doc = {k: summary[k] for k in ("model", "corpus", "layers", "heads", "records", "texts", "cut")}
-        doc |= {"out": out, "unreadable": len(summary["unreadable"]), "top": best}
+        doc |= {"out": out, "unreadable": summary["unreadable_count"], "top": best}
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     from rich import box
