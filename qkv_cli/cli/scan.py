@@ -85,6 +85,8 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
     from qkv_cli.views.scan import emit, progress_bar
 
     declare_inputs([corpus, model])
+    if page is not None and corpus == "-":
+        raise QkvError("--page runs the model again on each head's top texts: give the corpus as a file, not '-'")
     _check_outputs(heatmap, page, score, detectors, to)
     options = dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict, detectors=detectors, to=to,
                    measure=detector_measure.value, exclude_first=exclude_first, exclude_current=exclude_current,

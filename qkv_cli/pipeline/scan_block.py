@@ -39,6 +39,11 @@ def tokenized(model, plan, block: list[Record]) -> tuple[list, list[dict], int]:
                                             f"{plan.max_tokens} (--strict)"})  # fmt: skip
                 continue
             tokens, cut = cut_tokens(tokens, plan.max_tokens), cut + 1
+        try:
+            model.check_length(len(tokens.strings))  # a cut text may still be longer than the model takes
+        except QkvError as exc:
+            problems.append({"text_id": r.text_id, "where": r.where, "problem": f"{r.where}: {exc}"})
+            continue
         items.append((r.text_id, tokens))
     return items, problems, cut
 

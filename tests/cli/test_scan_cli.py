@@ -134,6 +134,8 @@ def test_bad_corpora_and_folders_are_one_line(model, tmp_path):
     changed = invoke(["scan", good, "--model", model, "--out", tmp_path / "s", "--resume", "--to", "the"])
     assert_one_line_error(changed, "other settings", "columns")
     assert_one_line_error(invoke(["scan", good, "--model", model, "--out", binary]), "is a file")
+    stdin = invoke(["scan", "-", "--model", model, "--out", tmp_path / "p", "--page", tmp_path / "p.html"])
+    assert_one_line_error(stdin, "--page", "not '-'")
 
 
 def test_without_pyarrow_one_line_says_what_to_install(model, tmp_path, monkeypatch):

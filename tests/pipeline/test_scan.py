@@ -109,6 +109,9 @@ def test_max_tokens_cuts_and_counts_and_strict_records(models, tmp_path):
     assert s.summary["cut"] == 1 and set(s.table.column("n_tokens").to_pylist()) == {4, 2}
     strict = qkv.scan(corpus, model=str(models["qwen3"]), out=tmp_path / "strict", max_tokens=4, strict=True)
     assert strict.summary["texts"] == 1 and "past --max-tokens 4" in strict.summary["unreadable"][0]["problem"]
+    long = corpus_file(tmp_path, ["the cat sat on the mat and the dog ran far .", "a dog"], "long.txt")  # 13 tokens
+    bert = qkv.scan(long, model=str(models["bert"]), out=tmp_path / "bert", max_tokens=13)  # BERT takes 12
+    assert bert.summary["texts"] == 1 and "accepts at most 12" in bert.summary["unreadable"][0]["problem"]
 
 
 def test_detectors_picks_the_columns_and_a_typo_suggests(models, tmp_path):
