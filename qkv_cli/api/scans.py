@@ -95,6 +95,16 @@ class ScanResult:
                 f"{len(s['columns'])} scores, in {self.out!r}>")  # fmt: skip
 
 
+def _random(values: dict, seed, kernel, dtype, max_memory):
+    """Seeded random weights as a scan's model (pipeline.scan_toy.Toy), the Settings checked as qkv heads'."""
+    from qkv_cli.api.options import size_of
+    from qkv_cli.core.settings import Settings
+    from qkv_cli.pipeline.scan_toy import Toy
+
+    given = {k: v for k, v in values.items() if v is not None}
+    return Toy(Settings(seed=seed, kernel=kernel, dtype=dtype or "float64", **given), size_of(max_memory))
+
+
 def _plan(corpus, model, out, options: dict):
     from qkv_cli.api.options import chat_of, size_of
     from qkv_cli.pipeline.scan import ScanPlan
@@ -115,15 +125,17 @@ def scan(corpus: str | PathLike, model: Any = None, *, out: str | PathLike | Non
          system: str | None = None, no_system: bool = False, chat_template: str | None = None,
          kernel: str = "vectorized", dtype: str | None = None, shard_size: int = 256, batch_tokens: int = 512,
          max_memory: int | str | None = None, engine: str = "local", ray_address: str | None = None,
-         resume: bool = False, on_progress: Callable | None = None,
-         total: int | None = None) -> ScanResult:  # fmt: skip
+         resume: bool = False, on_progress: Callable | None = None, total: int | None = None,
+         heads: int | None = None, d: int | None = None, seed: int = 0, causal: bool = False,
+         window: int | None = None, tokenizer: str | None = None) -> ScanResult:  # fmt: skip
     """Every head's scores on every text of a corpus, as ``qkv scan CORPUS --model M`` computes them.
 
     Parameters
     ----------
     corpus : a text file (one text per line), a folder of .txt files, a .jsonl / .csv / .parquet file (texts in
         ``field``), "-" (stdin) or "sample:corpus" (the shipped corpus).
-    model : required: a name, a path or ``qkv.load(...)``'s result.
+    model : a name, a path or ``qkv.load(...)``'s result; None: seeded random weights, one layer (``heads`` tau,
+        ``d``, ``seed``, ``causal``, ``window`` n_c, ``tokenizer``, as ``qkv heads`` without ``--model``).
     out : the folder of the shards and summary.json (default a new temporary folder).
     limit, max_tokens, strict : the first ``limit`` texts; texts cut to ``max_tokens`` tokens (counted), or with
         ``strict`` recorded as unreadable.
@@ -138,13 +150,17 @@ def scan(corpus: str | PathLike, model: Any = None, *, out: str | PathLike | Non
     from qkv_cli.api.commands import _model
     from qkv_cli.pipeline.scan import scan as run_scan
 
-    if model is None:
-        raise QkvError("scan needs model=: a checkpoint (see qkv models)")
     if out is None:
         import tempfile
 
         out = tempfile.mkdtemp(prefix="qkv-scan-")
-    _, loaded = _model(model, dtype, max_memory)
+    random = dict(tau=heads, d=d, causal=causal, window=window, tokenizer=tokenizer)
+    loaded = _random(random, seed, kernel, dtype, max_memory) if model is None else None
+    if model is not None:
+        from qkv_cli.api.options import check_checkpoint_policy
+
+        check_checkpoint_policy({"model": model}, {k for k, v in random.items() if v is not None and v is not False})
+        _, loaded = _model(model, dtype, max_memory)
     plan = _plan(corpus, loaded, out, dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict,
                  detectors=detectors, to=to, measure=measure, exclude_first=exclude_first,
                  exclude_current=exclude_current, chat=chat, system=system, no_system=no_system,

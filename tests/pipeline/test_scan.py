@@ -121,3 +121,22 @@ def test_detectors_picks_the_columns_and_a_typo_suggests(models, tmp_path):
     assert s.table.column_names == ["text_id", "layer", "head", "n_tokens", "induction", "previous"]
     with pytest.raises(qkv.QkvError, match="unknown score 'prevous': did you mean 'previous'"):
         qkv.scan(corpus, model=str(models["bert"]), out=tmp_path / "t", detectors="prevous")
+
+
+@pytest.mark.parametrize("options", [("--causal",), ("--window", "3", "--tokenizer", "bpe")])
+def test_random_weights_scores_equal_qkv_heads_json(tmp_path, options):
+    """Without a model: seeded random weights, one layer, each text as `qkv heads TEXT --d 32 --heads 4 ...`."""
+    require("pyarrow")
+    corpus = corpus_file(tmp_path, SENTENCES[:4] + ["the the the cat the the cat"])
+    kw = {"causal": True} if options == ("--causal",) else {"window": 3, "tokenizer": "bpe"}
+    table = qkv.scan(corpus, out=tmp_path / "s", d=32, heads=4, seed=3, **kw).table
+    assert table.num_rows == 5 * 4
+    for t, text in enumerate(SENTENCES[:4] + ["the the the cat the the cat"]):
+        result = invoke(["heads", text, "--d", "32", "--heads", "4", "--seed", "3", *options, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        for row in json.loads(result.stdout)["heads"]:
+            at = t * 4 + row["head"]
+            for name in ("entropy", "norm_entropy", "previous", "first", "sink", "previous_token", "induction"):
+                assert table.column(name)[at].as_py() == row[name], (name, text)
+    with pytest.raises(qkv.QkvError, match="--heads cannot be used with --model"):
+        qkv.scan(corpus, model="nowhere", out=tmp_path / "t", heads=4)
