@@ -11,13 +11,9 @@ from qkv_cli.cli.app import app, fail
 from qkv_cli.cli.options import (
     CHAT,
     INT,
+    PATH,
     CausalOpt,
     DOpt,
-    SeedOpt,
-    TauOpt,
-    TokenizerOpt,
-    WindowOpt,
-    PATH,
     Dtype,
     ExcludeCurrentOpt,
     ExcludeFirstOpt,
@@ -25,8 +21,12 @@ from qkv_cli.cli.options import (
     MaxMemoryOpt,
     Measure,
     MeasureOpt,
+    SeedOpt,
     TableJson,
     TableJsonOpt,
+    TauOpt,
+    TokenizerOpt,
+    WindowOpt,
     choices,
 )
 from qkv_cli.cli.params import Opts, takes

@@ -120,12 +120,6 @@ def forward_stacked(model, items, kernel: str) -> list[TextRun]:
 def forward_many(model, items, plan, check_memory):
     """[(text_id, Tokens)] -> their runs in the same order: batches of at most plan.batch_tokens rows, stacked
     where stackable, else one text at a time through Model.forward (what `qkv heads` runs)."""
-    from qkv_cli.pipeline.scan_toy import Toy
-
-    if isinstance(model, Toy):  # random weights: the dense pipeline, one text at a time
-        for _, tokens in items:
-            check_memory(model, plan, len(tokens.strings))
-        return [model.run(tokens) for _, tokens in items]
     runs: list = [None] * len(items)
     for group in batches(items, plan.batch_tokens):
         lengths = [len(items[i][1].strings) for i in group]

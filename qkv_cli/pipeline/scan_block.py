@@ -68,7 +68,6 @@ def check_memory(model, plan, m: int, batch: int = 1, kept: list[int] | None = N
     from qkv_cli.core import budget
     from qkv_cli.models import estimate_bytes
     from qkv_cli.pipeline.checkpoint import check_memory as check
-
     from qkv_cli.pipeline.scan_toy import Toy
 
     limit = budget.default_max_memory() if plan.max_memory is None else plan.max_memory
@@ -85,9 +84,18 @@ def check_memory(model, plan, m: int, batch: int = 1, kept: list[int] | None = N
     check(model, need, limit, hint, what=what)
 
 
+def forward(model, plan, items) -> list:
+    """Each text's run: batched (pipeline.scan_batch) for a checkpoint, one at a time for random weights."""
+    from qkv_cli.pipeline.scan_batch import forward_many
+    from qkv_cli.pipeline.scan_toy import Toy
+
+    if isinstance(model, Toy):
+        return model.forward_texts(items, plan, check_memory)
+    return forward_many(model, items, plan, check_memory)
+
+
 def score_block(model, plan, block: list[Record]):
     """One block's shard table: every readable text's rows, its problems and cut count in the metadata."""
-    from qkv_cli.pipeline.scan_batch import forward_many
     from qkv_cli.pipeline.scan_scores import text_scores
     from qkv_cli.pipeline.scan_store import shard_table
 
@@ -96,7 +104,7 @@ def score_block(model, plan, block: list[Record]):
     L, tau = c.n_layers, c.n_heads
     layer, head = np.repeat(np.arange(L), tau), np.tile(np.arange(tau), L)
     rows = []
-    for (text_id, tokens), result in zip(items, forward_many(model, items, plan, check_memory), strict=True):
+    for (text_id, tokens), result in zip(items, forward(model, plan, items), strict=True):
         scores = text_scores(result, plan.measures)
         n = len(tokens.strings)
         rows.append({"text_id": np.full(L * tau, text_id), "layer": layer, "head": head,

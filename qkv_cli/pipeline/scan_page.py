@@ -14,8 +14,7 @@ MAX_TEXTS = 2000  # distinct top texts a page reruns (a model of 2,000 heads has
 def page_data(model, plan, summary: dict, score: str) -> dict:
     """The page's document: model, score, grid (L x tau means), texts {text_id: tokens}, heads {"l,j": [[text_id,
     value, weights (m x m, 3 decimals)], ...]}."""
-    from qkv_cli.pipeline.scan_batch import forward_many
-    from qkv_cli.pipeline.scan_block import check_memory, tokenized
+    from qkv_cli.pipeline.scan_block import forward, tokenized
     from qkv_cli.text.corpus import records
 
     s = summary["scores"][score]
@@ -24,7 +23,7 @@ def page_data(model, plan, summary: dict, score: str) -> dict:
         raise QkvError(f"the page would rerun {len(wanted):,} texts (at most {MAX_TEXTS:,}): scan a smaller model")
     chosen = [r for r in records(plan.corpus, plan.field, plan.limit) if r.text_id in set(wanted)]
     items, _, _ = tokenized(model, plan, chosen)
-    runs = dict(zip([t for t, _ in items], forward_many(model, items, plan, check_memory), strict=True))
+    runs = dict(zip([t for t, _ in items], forward(model, plan, items), strict=True))
     tokens = {t: list(tok.labels) for t, tok in items}
     heads = {}
     for l, row in enumerate(s["top"]):

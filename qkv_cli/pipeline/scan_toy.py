@@ -49,6 +49,12 @@ class Toy:
 
         budget.check_budget(estimate(m, self.settings), limit, HINTS, dtype=self.settings.dtype)
 
+    def forward_texts(self, items, plan, check_memory) -> list:
+        """[(text_id, Tokens)] -> their TextRuns, one text at a time (check_memory: pipeline.scan_block's)."""
+        for _, tokens in items:
+            check_memory(self, plan, len(tokens.strings))
+        return [self.run(tokens) for _, tokens in items]
+
     def run(self, tokens):
         """One text's TextRun: the layer's weights (1, tau, m, m), its token ids (strings for the word tokenizer,
         as qkv heads takes them), labels, and the allowed grid (the mask), as qkv heads reads them."""
