@@ -51,7 +51,7 @@ def start(ray, address: str | None):
         return
     import logging
 
-    logging.getLogger("ray").addHandler(logging.NullHandler())  # stderr holds qkv's errors only, not Ray's notes
+    logging.getLogger("ray").setLevel(logging.ERROR)  # stderr holds errors only, not Ray's notes and warnings
     try:
         if address is None:
             import os
