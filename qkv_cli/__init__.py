@@ -6,8 +6,8 @@
     qkv.page(r)                                                  # the offline page (inline in a notebook)
 
 See ``qkv_cli.api`` for every function (load, run, generate, attribute, compare, heatmap, page, heads, shapes, mask,
-find_models) and the result classes; ``attention(Q, K, V, mask=None, scale=None, kernel="vectorized")`` is the
-NumPy kernel itself. Every name is imported on first use, so ``import qkv_cli`` stays light.
+find_models, scan) and the result classes; ``attention(Q, K, V, mask=None, scale=None, kernel="vectorized")`` is
+the NumPy kernel itself. Every name is imported on first use, so ``import qkv_cli`` stays light.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 
 _API = ("load", "run", "generate", "attribute", "heatmap", "page", "heads", "Page", "Output", "Layer", "ModelRun",
         "Generation", "Attribution", "Band", "Batch", "compare", "Comparison", "shapes", "mask", "Mask",
-        "find_models")  # fmt: skip
+        "find_models", "scan", "ScanResult")  # fmt: skip
 __all__ = ["attention", "QkvError", "__version__", *_API]
 
 

@@ -38,9 +38,9 @@ ALLOWED = {  # part -> the parts it may import (itself included)
 UI = {"typer", "click", "rich", "matplotlib"}
 THIRD_PARTY = {  # part -> third-party packages it may import
     "core": {"numpy", "threadpoolctl"},
-    "text": {"numpy", "tokenizers"},
+    "text": {"numpy", "tokenizers", "pyarrow"},  # pyarrow: a Parquet corpus (qkv scan, the [scan] extra)
     "models": {"numpy", "huggingface_hub"},
-    "pipeline": {"numpy", "jinja2"},
+    "pipeline": {"numpy", "jinja2", "pyarrow", "ray"},  # qkv scan's shards ([scan]) and its Ray engine ([ray])
     "views": {"numpy", "rich", "matplotlib"},
     "api": {"numpy"},
     "cli": {"typer", "click", "shellingham"},  # shellingham: the shell detection typer itself uses

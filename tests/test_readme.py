@@ -69,6 +69,10 @@ def test_example_output_is_real(page, command, expected, tmp_path, monkeypatch):
         from helpers import smollm2_gguf
 
         smollm2_gguf()  # the SmolLM2 GGUF package, likewise
+    if command.startswith("qkv scan"):
+        from scanning import require
+
+        require("pyarrow")  # qkv-cli[scan]: skip without it, fail under QKV_REQUIRE_SCAN=1
     monkeypatch.chdir(tmp_path)
     tiny_encdecs(command, tmp_path)
     assert run_cli(command) == normalize(expected), (

@@ -5,6 +5,7 @@
     r.layer(5).Q, r.layer(5).weights                   # one layer's matrices under the export schema's names
     fig = qkv.heatmap(r, layer=5, heads=[0, 3])        # a matplotlib Figure: nothing written until fig.savefig
     qkv.page(r)                                        # the offline page, inline in a notebook; .save("a.html")
+    s = qkv.scan("sample:corpus", model=m, out="scan/")  # every head's scores over a corpus: s.table, s.top(...)
 
 Every function checks its arguments as the CLI checks its options and raises ``qkv.QkvError`` with the same
 one-line message. Names are imported on first use, so ``import qkv_cli`` loads neither NumPy nor matplotlib.
@@ -20,7 +21,7 @@ EXPORTS = {
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
     "compare": "comparison", "Comparison": "comparison", "shapes": "plans", "mask": "plans", "Mask": "plans",
-    "find_models": "plans",
+    "find_models": "plans", "scan": "scans", "ScanResult": "scans",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)
 

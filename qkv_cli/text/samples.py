@@ -6,7 +6,7 @@ from pathlib import Path
 
 from qkv_cli.errors import QkvError
 
-__all__ = ["DEFAULT_SAMPLE", "default_text", "sample_dir", "sample_names", "sample_text"]
+__all__ = ["DEFAULT_SAMPLE", "default_text", "sample_dir", "sample_names", "sample_path", "sample_text"]
 
 DEFAULT_SAMPLE = "coreference"
 
@@ -25,13 +25,18 @@ def sample_names() -> list[str]:
     return sorted(p.stem for p in sample_dir().glob("*.txt"))
 
 
-def sample_text(name: str = DEFAULT_SAMPLE) -> str:
-    """The text of sample `name` ("coreference", "long", ...; a trailing .txt is allowed), without trailing space."""
+def sample_path(name: str = DEFAULT_SAMPLE) -> Path:
+    """The file of sample `name` ("coreference", "long", ...; a trailing .txt is allowed)."""
     stem = name.removesuffix(".txt")
     path = sample_dir() / f"{stem}.txt"
     if "/" in stem or "\\" in stem or not path.is_file():
         raise QkvError(f"unknown sample '{name}': use one of {', '.join(sample_names())}")
-    return path.read_text(encoding="utf-8").rstrip()
+    return path
+
+
+def sample_text(name: str = DEFAULT_SAMPLE) -> str:
+    """The text of sample `name` ("coreference", "long", ...; a trailing .txt is allowed), without trailing space."""
+    return sample_path(name).read_text(encoding="utf-8").rstrip()
 
 
 def default_text() -> str:

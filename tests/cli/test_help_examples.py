@@ -40,6 +40,10 @@ def test_the_example_runs_in_an_empty_directory(name, example, tmp_path, monkeyp
             import helpers
 
             getattr(helpers, helper)()  # skip without the package, fail under QKV_REQUIRE_REFERENCE=1
+    if name == "scan":
+        from scanning import require
+
+        require("pyarrow")  # qkv-cli[scan]: skip without it, fail under QKV_REQUIRE_SCAN=1
     monkeypatch.chdir(tmp_path)
     result = invoke(shlex.split(example)[1:])
     assert result.exit_code == 0, (example, result.output[-500:])
