@@ -19,7 +19,8 @@ EXPORTS = {
     "heatmap": "show", "page": "show", "heads": "show", "Page": "show",
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
-    "compare": "comparison", "Comparison": "comparison", "shapes": "plans", "mask": "plans", "Mask": "plans",
+    "compare": "comparison", "Comparison": "comparison", "patch": "patch", "PatchResult": "patch",
+    "shapes": "plans", "mask": "plans", "Mask": "plans",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)
 

@@ -20,9 +20,9 @@ from qkv_cli.core import budget
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.patch_hooks import WHAT, Patcher, Recorder, cache_shape, columns
 from qkv_cli.pipeline.patch_metric import METRICS, Metric
+from qkv_cli.pipeline.patch_names import DIRECTIONS
 from qkv_cli.pipeline.patch_result import Patching
 
-DIRECTIONS = ("denoise", "noise")
 HINTS = "fewer --what, --dtype float32, or shorter prompts"
 
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from qkv_cli.core.gqa import kv_heads_of
+from qkv_cli.pipeline.patch_names import WHAT as WHAT
 
-WHAT = ("resid", "attn", "mlp", "heads", "q", "k", "v", "pattern")
 BY_POSITION = ("resid", "attn", "mlp")  # layer x position; the others: layer x head (k, v: layer x KV head)
 POINT = {"attn": "attn", "mlp": "mlp", "heads": "heads", "pattern": "heads", "q": "qkv", "k": "qkv", "v": "qkv"}
 
@@ -80,7 +80,7 @@ class Patcher:
     def __call__(self, point: str, value):
         w, i = self.what, self.index
         if POINT[w] != point:
-            return value
+            return value[0] if point == "heads" else value
         if point in ("attn", "mlp"):  # one position
             out = np.array(value)
             out[i] = self.source[i]

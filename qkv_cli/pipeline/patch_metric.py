@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-METRICS = ("logit-diff", "prob", "kl")
+from qkv_cli.pipeline.patch_names import METRICS as METRICS
 
 
 def log_softmax(z):  # [V] -> [V]: z - max - log sum exp(z - max), stable
