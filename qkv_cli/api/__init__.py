@@ -19,7 +19,7 @@ EXPORTS = {
     "heatmap": "show", "page": "show", "heads": "show", "Page": "show",
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
-    "compare": "comparison", "Comparison": "comparison", "patch": "patch", "PatchResult": "patch",
+    "compare": "comparison", "Comparison": "comparison", "patch": "patches", "PatchResult": "patches",
     "shapes": "plans", "mask": "plans", "Mask": "plans",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)

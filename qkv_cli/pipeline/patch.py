@@ -116,9 +116,10 @@ def needed_bytes(model, m: int, what) -> int:
 
 def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", kernel: str = "vectorized",
-          max_memory: int | None = None, reuse: bool = True) -> Patching:  # fmt: skip
+          max_memory: int | None = None, reuse: bool = True, attention: bool = False) -> Patching:  # fmt: skip
     """Every patch of every --what, as the module docstring says. reuse=False: each patch runs the whole pass from
-    the embedding (what bench/patch.py measures the cache against)."""
+    the embedding (what bench/patch.py measures the cache against). attention: also keep both runs' attention
+    weights (L, tau, m, m) each (the page shows them)."""
     metric = metric or ("logit-diff" if wrong is not None else "prob")
     what = check_options(what, metric, direction, wrong)
     tok_c, tok_x = model.tokenize(clean), model.tokenize(corrupted)
@@ -126,28 +127,34 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
     if m_c != m_x:
         raise QkvError(f"the clean prompt is {m_c} tokens and the corrupted one {m_x}: patching copies position i "
                        "into position i, so give prompts of one length (swap words of one token each)")  # fmt: skip
+    c = model.config
     a_id, a_label = one_token(model, answer, "--answer")
     w_id, w_label = (None, None) if wrong is None else one_token(model, wrong, "--wrong")
     limit = budget.default_max_memory() if max_memory is None else max_memory
     from qkv_cli.pipeline.checkpoint import check_memory
 
-    check_memory(model, needed_bytes(model, m_c, what), limit, HINTS, what=f"qkv patch ({m_c} tokens, "
+    extra = 2 * c.n_layers * c.n_heads * m_c * m_c * model.dtype.itemsize if attention else 0
+    check_memory(model, needed_bytes(model, m_c, what) + extra, limit, HINTS, what=f"qkv patch ({m_c} tokens, "
                  f"--what {' '.join(what)})", given=("fewer --what",) if len(what) == 1 else ())  # fmt: skip
     runner = Runner(model, m_c, kernel)
     src_ids, dst_ids = (tok_c.ids, tok_x.ids) if direction == "denoise" else (tok_x.ids, tok_c.ids)
-    recorder = Recorder(what, model.config.n_layers)
+    recorder = Recorder((*what, "pattern") if attention else what, c.n_layers)
     src_hidden, z_src = runner.run(src_ids, recorder)
     if recorder.missing():
         raise QkvError(f"--what {' '.join(recorder.missing())}: {model.name}'s attention ({model.config.family}) has "
                        "no such point to patch; try --what resid attn mlp")  # fmt: skip
-    dst_hidden, z_dst = runner.run(dst_ids)
+    seen = Recorder(("pattern",), c.n_layers) if attention else None
+    dst_hidden, z_dst = runner.run(dst_ids, seen)
+    weights = None
+    if attention:  # (clean, corrupted), each (L, tau, m, m)
+        pair = np.stack(recorder.store["pattern"]), np.stack(seen.store["pattern"])
+        weights = pair if direction == "denoise" else pair[::-1]
     z_clean, z_corr = (z_src, z_dst) if direction == "denoise" else (z_dst, z_src)
     score = Metric(metric, a_id, w_id, z_clean)
     clean_value, corr_value = score(z_clean), score(z_corr)
     if not abs(clean_value - corr_value) > 1e-12 * max(1.0, abs(clean_value)):
         raise QkvError(f"the clean and corrupted prompts give the same {metric} ({clean_value:.6g}): there is nothing "
                        "to recover; choose prompts whose answers differ")  # fmt: skip
-    c = model.config
     recovery, raw = {}, {}
     for w in what:
         cols = columns(w, m_c, c.n_heads, c.G)
@@ -161,7 +168,7 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
         metric_clean=clean_value, metric_corrupted=corr_value, answer=(a_id, a_label),
         wrong=None if w_id is None else (w_id, w_label), clean=clean, corrupted=corrupted,
         labels_clean=tok_c.labels, labels_corrupted=tok_x.labels, model=model.name, n_layers=c.n_layers,
-        tau=c.n_heads, G=c.G,
+        tau=c.n_heads, G=c.G, attention=weights,
     )  # fmt: skip
 
 

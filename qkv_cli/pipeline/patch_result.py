@@ -29,6 +29,7 @@ class Patching:
     n_layers: int
     tau: int
     G: int
+    attention: tuple | None = None  # (clean, corrupted) weights, each (L, tau, m, m), when asked for (the page)
 
     @property
     def m(self) -> int:

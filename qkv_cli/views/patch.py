@@ -15,8 +15,12 @@ WHAT_SAYS = {"resid": "the residual stream leaving layer l", "attn": "layer l's 
 
 def header(p: Patching) -> list[str]:
     """What ran: the model, the two prompts, the metric of each run and what 0 and 1 mean."""
-    answer = clean(p.answer[1]) + ("" if p.wrong is None else f" - {clean(p.wrong[1])}")
-    names = {"logit-diff": f"logit({answer})", "prob": f"p({clean(p.answer[1])})", "kl": "KL(clean || run)"}
+    wrong = "" if p.wrong is None else clean(p.wrong[1])
+    names = {
+        "logit-diff": f"logit({clean(p.answer[1])}) - logit({wrong})",
+        "prob": f"p({clean(p.answer[1])})",
+        "kl": "KL(clean || run)",
+    }
     into = "clean into corrupted" if p.direction == "denoise" else "corrupted into clean"
     diff = ", ".join(f"{i} {clean(p.labels_clean[i])!r} -> {clean(p.labels_corrupted[i])!r}" for i in p.differing()[:6])
     return [

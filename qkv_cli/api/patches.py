@@ -37,8 +37,9 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
         model = load(str(model), dtype, download, limit)
     elif not (hasattr(model, "config") and hasattr(model, "forward")):
         raise QkvError(f"model must be a name, a path or qkv.load(...)'s result, got {type(model).__name__}")
+    kernel, keep = values.get("kernel") or "vectorized", bool(values.get("attention"))
     return engine.patch(model, clean, corrupted, values.get("answer"), values.get("wrong"), what, metric, direction,
-                        values.get("kernel") or "vectorized", limit)  # fmt: skip
+                        kernel, limit, attention=keep)  # fmt: skip
 
 
 class PatchResult:
@@ -102,12 +103,14 @@ class PatchResult:
 @owning_float_errors
 def patch(clean: str, corrupted: str, model=None, *, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", dtype: str | None = None,
-          kernel: str = "vectorized", max_memory: int | str | None = None) -> PatchResult:  # fmt: skip
+          kernel: str = "vectorized", max_memory: int | str | None = None,
+          attention: bool = True) -> PatchResult:  # fmt: skip
     """Activation patching, as ``qkv patch`` does: run ``clean`` and ``corrupted`` on ``model`` (a name, a path or
     ``qkv.load(...)``), copy each activation named by ``what`` (resid, attn, mlp, heads, q, k, v, pattern) from one
     run into the other, and measure how much of the ``answer`` comes back -> a ``PatchResult``. ``metric``:
     logit-diff (the default with ``wrong``), prob or kl; ``direction``: denoise (clean into corrupted) or noise.
-    Raises ``QkvError`` on bad input."""
+    ``attention``: also keep both runs' attention weights, which ``page()`` shows. Raises ``QkvError`` on bad
+    input."""
     values = dict(answer=answer, wrong=wrong, what=what, metric=metric, direction=direction, dtype=dtype,
-                  kernel=kernel, max_memory=max_memory)  # fmt: skip
+                  kernel=kernel, max_memory=max_memory, attention=attention)  # fmt: skip
     return PatchResult(patching(clean, corrupted, model, values))
