@@ -20,6 +20,10 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
     from qkv_cli.pipeline import patch as engine
     from qkv_cli.pipeline.checkpoint import load
 
+    if clean is None or corrupted is None:
+        raise QkvError("qkv patch takes two prompts: CLEAN (the model gives the answer) and CORRUPTED (as many tokens)")
+    if values.get("answer") is None:
+        raise QkvError("qkv patch needs --answer TEXT: the clean prompt's next token, whose recovery is measured")
     for name, text in (("clean", clean), ("corrupted", corrupted)):
         if not isinstance(text, str):
             raise QkvError(f"the {name} prompt must be str, got {type(text).__name__}")

