@@ -90,3 +90,12 @@ def test_the_python_api_is_the_commands_door(gpt2):
     assert "<html" in p.page().html and p.heatmap() is not None
     with pytest.raises(qkv.QkvError, match="'mlp' was not patched"):
         p.recovery("mlp")
+
+
+def test_the_command_is_a_client_of_the_api(gpt2):
+    """qkv patch --format json and qkv.patch give the same recoveries (one engine behind both doors)."""
+    import qkv_cli as qkv
+
+    doc = json.loads(patch(gpt2, "--wrong", "cat", "--what", "attn", "--format", "json").stdout)
+    p = qkv.patch(CLEAN, CORRUPTED, model=str(gpt2), answer="mat", wrong="cat", what=["attn"])
+    np.testing.assert_array_equal(np.array(doc["recovery"]["attn"]), p.recovery("attn"))
