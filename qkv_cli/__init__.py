@@ -5,9 +5,10 @@
     qkv.heatmap(r, layer=5)                                      # a matplotlib Figure
     qkv.page(r)                                                  # the offline page (inline in a notebook)
 
-See ``qkv_cli.api`` for every function (load, run, generate, attribute, compare, heatmap, page, heads, shapes, mask,
-find_models, scan) and the result classes; ``attention(Q, K, V, mask=None, scale=None, kernel="vectorized")`` is
-the NumPy kernel itself. Every name is imported on first use, so ``import qkv_cli`` stays light.
+See ``qkv_cli.api`` for every function (load, run, generate, attribute, compare, patch, heatmap, page, heads,
+shapes, mask, find_models, scan) and the result classes; ``attention(Q, K, V, mask=None, scale=None,
+kernel="vectorized")`` is the NumPy kernel itself. Every name is imported on first use, so ``import qkv_cli`` stays
+light.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _API = ("load", "run", "generate", "attribute", "heatmap", "page", "heads", "Page", "Output", "Layer", "ModelRun",
-        "Generation", "Attribution", "Band", "Batch", "compare", "Comparison", "shapes", "mask", "Mask",
-        "find_models", "scan", "ScanResult")  # fmt: skip
+        "Generation", "Attribution", "Band", "Batch", "compare", "Comparison", "patch", "PatchResult", "shapes",
+        "mask", "Mask", "find_models", "scan", "ScanResult")  # fmt: skip
 __all__ = ["attention", "QkvError", "__version__", *_API]
 
 

@@ -20,8 +20,8 @@ EXPORTS = {
     "heatmap": "show", "page": "show", "heads": "show", "Page": "show",
     "Output": "results", "Layer": "results", "ModelRun": "results", "Generation": "results",
     "Attribution": "results", "Band": "results", "Batch": "results",
-    "compare": "comparison", "Comparison": "comparison", "shapes": "plans", "mask": "plans", "Mask": "plans",
-    "find_models": "plans", "scan": "scans", "ScanResult": "scans",
+    "compare": "comparison", "Comparison": "comparison", "patch": "patches", "PatchResult": "patches",
+    "shapes": "plans", "mask": "plans", "Mask": "plans", "find_models": "plans", "scan": "scans", "ScanResult": "scans",
 }  # fmt: skip
 __all__ = sorted(EXPORTS)
 

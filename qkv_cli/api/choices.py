@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from qkv_cli.core.kernels import KERNELS
 from qkv_cli.core.settings import ABLATE, ABLATE_WITH, DTYPES, MAX_WIDTH, POSITIONS, PROJECTIONS
+from qkv_cli.pipeline.patch.names import DIRECTIONS, METRICS, WHAT
 from qkv_cli.pipeline.request import FUSIONS, METHODS
 from qkv_cli.text.tokens import TOKENIZER_NAMES as TOKENIZERS  # or a path to a tokenizer.json
 
-__all__ = ["ABLATE", "ABLATE_WITH", "DTYPES", "FUSIONS", "KERNELS", "MAX_WIDTH", "METHODS", "POSITIONS", "PROJECTIONS",
-           "TOKENIZERS"]  # fmt: skip
+__all__ = ["ABLATE", "ABLATE_WITH", "DIRECTIONS", "DTYPES", "FUSIONS", "KERNELS", "MAX_WIDTH", "METHODS", "METRICS",
+           "POSITIONS", "PROJECTIONS", "TOKENIZERS", "WHAT"]  # fmt: skip

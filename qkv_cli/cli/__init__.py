@@ -7,6 +7,7 @@ from qkv_cli.cli import (
     compare,  # noqa: E402,F401  (qkv compare: two texts, or two models)
     generate,  # noqa: E402,F401
     learn,  # noqa: E402,F401  (qkv learn: the seven questions)
+    patch,  # noqa: E402,F401  (qkv patch: activation patching)
     scan,  # noqa: E402,F401  (qkv scan: heads across a corpus)
     view,  # noqa: E402,F401  (qkv view: the HTML page)
 )

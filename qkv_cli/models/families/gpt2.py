@@ -147,15 +147,19 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # the scale: 1/sqrt(d_k), optio
 
 
 def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
-          rows=None):  # fmt: skip
-    """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x')). With a KV cache, x holds the new tokens."""
+          rows=None, edit=None):  # fmt: skip
+    """Pre-LN: x' = x + MultiHead(LN_1(x)); x'' = x' + FFN(LN_2(x')). With a KV cache, x holds the new tokens.
+    edit(point, value) -> value: reads or replaces "attn", "mlp" and the attention's points (pipeline.patch)."""
     b = p.blocks[layer]
     H = layer_norm(x, *b.ln1, c.norm_eps)  # the attention's input
-    parts = self_attention(H, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, cache, into, rows)
-    x = parts.output + x
+    h = hooks(c, layer)._replace(values=values, edit=edit)
+    parts = self_attention(H, b.attn, h, mask, kernel, cache, into, rows)
+    x = (parts.output if edit is None else edit("attn", parts.output)) + x
     h = layer_norm(x, *b.ln2, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
     out = b.ffn2(f)  # (m, d_ff) x (d_ff, d) -> (m, d)
+    if edit is not None:
+        out = edit("mlp", out)
     out += x
     return out, parts
 

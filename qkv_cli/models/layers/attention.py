@@ -59,6 +59,7 @@ class Hooks(NamedTuple):
     values: Callable | None = None  # (V) (G, n, dk) -> V changed (value zeroing: one key's row set to 0)
     sinks: np.ndarray | None = None  # (tau,) a sink logit per head: Softmax([scores, s_j]), the sink dropped (gpt-oss)
     after_rope: Callable | None = None  # (Q, K) -> (Q, K) after RoPE (Llama 4: L2 norm, the NoPE query temperature)
+    edit: Callable | None = None  # (point, value) -> value: reads or replaces "qkv" and "heads" (pipeline.patch)
 
 
 def l2_norm_qk(Q, K, eps):  # [tau, m, dk], [G, m, dk] -> the same: x / sqrt(mean(x^2) + eps) over d_k, no weight
@@ -135,8 +136,12 @@ def self_attention(H, w: AttentionWeights, hooks: Hooks, mask, kernel, cache=Non
         K, V = cache.append(K, V)  # (G, cached + m, dk): the keys and values every new query may see
     if hooks.values is not None:
         V = hooks.values(V)
+    if hooks.edit is not None:  # activation patching: the Q, K, V the scores and the output use
+        Q, K, V = hooks.edit("qkv", (Q, K, V))
     heads, weights = attention(Q, K, V, mask=mask, scale=hooks.scale, kernel=kernel, softcap=hooks.softcap, into=into,
                                rows=rows, sinks=hooks.sinks)  # fmt: skip
+    if hooks.edit is not None:  # each head's output z (tau, m, dk), given its weights and V: a pattern or z patched
+        heads = hooks.edit("heads", (heads, weights, V))
     concat = heads.transpose(1, 0, 2).reshape(m, w.tau * w.d_k)  # (tau, m, dk) -> (m, tau dk)
     output = w.o(concat)  # concat(heads) W^o + b^o: (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(H, Q, K, V, Q_pre, K_pre, weights, heads, output)

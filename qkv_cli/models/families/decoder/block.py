@@ -237,20 +237,25 @@ def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoP
 
 
 def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
-          rows=None):  # fmt: skip
+          rows=None, edit=None):  # fmt: skip
     """One layer ([m, d] -> [m, d], parts); with a KV cache, x holds the new tokens only (at positions start..) and
     the cache the others. values: a function that changes V before the weights use it (value zeroing). into: a
-    zero-filled array for the attention weights. rows (r0, r1): keep only those queries' weights."""
+    zero-filled array for the attention weights. rows (r0, r1): keep only those queries' weights. edit(point,
+    value) -> value: reads or replaces "attn" and "mlp" (each sub-layer's output, after its own norm) and the
+    attention's points (Hooks.edit; pipeline.patch)."""
     b = p.blocks[layer]
     n = b.norms
     act = ACTIVATIONS[c.activation]
     a_in = n["attn_in"](x) if "attn_in" in n else x
-    h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values)
+    h = hooks(c, layer, b, x.shape[0], x.dtype, start)._replace(values=values, edit=edit)
     attend = self_attention if c.latent is None else latent_attention
     parts = attend(a_in, b.attn, h, mask, kernel, cache, into, rows)
     a = n["attn_out"](parts.output) if "attn_out" in n else parts.output
+    if edit is not None:
+        a = edit("attn", a)
     if c.mlp.parallel_residual:  # GPT-NeoX: both branches read x
-        return (b.down(act(b.up(n["mlp_in"](x)))) + a) + x, parts
+        f = b.down(act(b.up(n["mlp_in"](x))))
+        return ((f if edit is None else edit("mlp", f)) + a) + x, parts
     h = x + a
     f_in = n["mlp_in"](h) if "mlp_in" in n else h
     if b.moe is not None:  # sum_j g_ij FFN_top_ij(x_i): the routing goes out with the attention's parts
@@ -264,6 +269,8 @@ def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, st
     else:
         f = b.down(act(b.up(f_in)))
     f = n["mlp_out"](f) if "mlp_out" in n else f
+    if edit is not None:
+        f = edit("mlp", f)
     return h + f, parts
 
 

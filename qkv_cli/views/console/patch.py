@@ -1,0 +1,69 @@
+"""What `qkv patch` shows: the two runs' metric, the top patches by recovery; JSON and NPZ with every recovery."""
+
+from __future__ import annotations
+
+import sys
+
+from qkv_cli.pipeline.patch.result import Patching
+from qkv_cli.views.console import clean
+
+WHAT_SAYS = {"resid": "the residual stream leaving layer l", "attn": "layer l's attention output",
+             "mlp": "layer l's MLP output", "heads": "head j's output z", "q": "head j's queries Q",
+             "k": "key/value head g's keys K", "v": "key/value head g's values V",
+             "pattern": "head j's attention weights"}  # fmt: skip
+
+
+def header(p: Patching) -> list[str]:
+    """What ran: the model, the two prompts, the metric of each run and what 0 and 1 mean."""
+    wrong = "" if p.wrong is None else clean(p.wrong[1])
+    names = {
+        "logit-diff": f"logit({clean(p.answer[1])}) - logit({wrong})",
+        "prob": f"p({clean(p.answer[1])})",
+        "kl": "KL(clean || run)",
+    }
+    into = "clean into corrupted" if p.direction == "denoise" else "corrupted into clean"
+    diff = ", ".join(f"{i} {clean(p.labels_clean[i])!r} -> {clean(p.labels_corrupted[i])!r}" for i in p.differing()[:6])
+    return [
+        f"{clean(p.model)}: patching {into} ({p.m} tokens; they differ at {diff or 'no position'})",
+        f"clean:     {clean(p.clean)!r}   {names[p.metric]} = {p.metric_clean:.4f}",
+        f"corrupted: {clean(p.corrupted)!r}   {names[p.metric]} = {p.metric_corrupted:.4f}",
+        "recovery = (metric patched - corrupted) / (clean - corrupted), at the last position: 0 = the corrupted "
+        "run, 1 = the clean run",
+    ]
+
+
+def emit(p: Patching, fmt: str, top: int, precision: int = 3, save_npz: str | None = None) -> None:
+    if fmt == "json":
+        from qkv_cli.views.export.results import write_json
+
+        write_json(p.summary(), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        table(p, top, precision)
+    if save_npz is not None:
+        from qkv_cli.views.export.writing import save_npz as save
+
+        print(f"saved {save(p.arrays(), save_npz)}", file=sys.stderr)
+
+
+def table(p: Patching, top: int, precision: int) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from qkv_cli.views.console import console
+
+    out = console()
+    for i, line in enumerate(header(p)):
+        out.print(Text(line), style="bold" if i == 0 else None)
+    rows = p.top(top)
+    order = "highest" if p.direction == "denoise" else "lowest"
+    t = Table(title=f"Top {len(rows)} patches ({order} recovery first)", title_justify="left")
+    for name, justify in (("what", "left"), ("layer", "right"), ("at", "left"), ("recovery", "right"),
+                          ("metric", "right")):  # fmt: skip
+        t.add_column(name, justify=justify)
+    for r in rows:
+        t.add_row(r["what"], str(r["layer"]), clean(r["label"]), f"{r['recovery']:.{precision}f}",
+                  f"{r['metric']:.{precision}f}")  # fmt: skip
+    out.print(t)
+    shown = ", ".join(f"{w}: {WHAT_SAYS[w]}" for w in p.what)
+    out.print(Text(f"patched: {shown}"))
