@@ -173,23 +173,8 @@ def shapes(text: TextArg = None, *, opts: Opts, d: DOpt = 512, tau: TauOpt = 8,
     from qkv_cli.views.console.shapes import emit
 
     dtype = getattr(dtype, "value", dtype)
-    emit(
-        shape_plan(
-            text,
-            model,
-            d=d,
-            heads=tau,
-            m=m,
-            n=n,
-            dtype=dtype,
-            tokenizer=tokenizer,
-            kv_heads=kv_heads,
-            context=context,
-            context_file=context_file,
-            download=download,
-        ),
-        format.value,
-    )
+    emit(shape_plan(text, model, d=d, heads=tau, m=m, n=n, dtype=dtype, tokenizer=tokenizer, kv_heads=kv_heads,
+                    context=context, context_file=context_file, download=download), format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv explain 'the cat sat' --query 1")
@@ -234,21 +219,9 @@ def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window:
         grids = mask_grids(text, opts.model, layers=opts.layer, chat=chat_options(opts), target=opts.target,
                            attention=opts.attention and opts.attention.value, download=opts.download)  # fmt: skip
         return emit(noted(grids), format.value)
-    emit(
-        mask_grids(
-            text,
-            file=opts.file,
-            causal=causal,
-            window=window,
-            chunk=chunk,
-            context=context,
-            context_file=context_file,
-            mask_file=mask_file,
-            pad_to=pad_to,
-            tokenizer=tokenizer,
-        ),
-        format.value,
-    )
+    emit(mask_grids(text, file=opts.file, causal=causal, window=window, chunk=chunk, context=context,
+                    context_file=context_file, mask_file=mask_file, pad_to=pad_to, tokenizer=tokenizer),
+         format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")

@@ -21,7 +21,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     layer_option,
 )  # fmt: skip
-from qkv_cli.cli.params import Opts, takes
+from qkv_cli.cli.params import Opts, check_outputs, takes
 
 TextsArg = Annotated[
     list[str] | None,
@@ -72,19 +72,9 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
     from qkv_cli.api.arguments import parse_max_output
     from qkv_cli.api.comparison import comparison
     from qkv_cli.views.console.compare import emit
-    from qkv_cli.views.export.writing import check_output_path
 
     limit = parse_max_output(max_output)
-    if save_npz is not None:
-        check_output_path(save_npz)
-    if out is not None:
-        from qkv_cli.views.figures.heatmaps import check_image_path
-
-        check_image_path(out)
-    if page is not None:
-        from qkv_cli.views.page.html import check_page_path
-
-        check_page_path(page)
+    check_outputs(save_npz, out, page)
     values = vars(opts) | {"layer": layer[0] if layer else None}
     cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head,
                      output=(format.value, limit))  # fmt: skip

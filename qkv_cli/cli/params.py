@@ -123,3 +123,19 @@ def prepare(req, head):
     if model is not None and model.is_encoder_decoder:  # the heads of the attention shown
         tau = model.n_heads(req.attention or "cross")
     return model, parse_heads(head, tau)
+
+
+def check_outputs(save_npz=None, image=None, page=None) -> None:
+    """Before any work: the NPZ, the figure and the page can be written where they were asked for."""
+    if save_npz is not None:
+        from qkv_cli.views.export.writing import check_output_path
+
+        check_output_path(save_npz)
+    if image is not None:
+        from qkv_cli.views.figures.heatmaps import check_image_path
+
+        check_image_path(image)
+    if page is not None:
+        from qkv_cli.views.page.html import check_page_path
+
+        check_page_path(page)

@@ -21,7 +21,7 @@ from qkv_cli.cli.options import (
     choices,
     one_of,
 )  # fmt: skip
-from qkv_cli.cli.params import Opts, takes
+from qkv_cli.cli.params import Opts, check_outputs, takes
 
 What = choices("What", WHAT)
 Metric = choices("Metric", METRICS)
@@ -70,18 +70,7 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
     from qkv_cli.api.patches import patching
     from qkv_cli.views.console.patch import emit
 
-    if save_npz is not None:
-        from qkv_cli.views.export.writing import check_output_path
-
-        check_output_path(save_npz)
-    if out is not None:
-        from qkv_cli.views.figures.heatmaps import check_image_path
-
-        check_image_path(out)
-    if page is not None:
-        from qkv_cli.views.page.html import check_page_path
-
-        check_page_path(page)
+    check_outputs(save_npz, out, page)
     values = vars(opts) | {"attention": page is not None}
     values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
                "dtype": dtype, "kernel": kernel}  # fmt: skip

@@ -138,14 +138,9 @@ def _check_outputs(heatmap, page, score, detectors, to) -> None:
             near = difflib.get_close_matches(score, known, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
             raise QkvError(f"--score {score!r} is not a score of this scan: {hint}choose from {', '.join(known[:-1])}")
-    if heatmap is not None:
-        from qkv_cli.views.figures.heatmaps import check_image_path
+    from qkv_cli.cli.params import check_outputs
 
-        check_image_path(heatmap)
-    if page is not None:
-        from qkv_cli.views.page.html import check_page_path
-
-        check_page_path(page)
+    check_outputs(image=heatmap, page=page)
 
 
 def _interruptible():
