@@ -15,7 +15,8 @@ rows at positions 0..N-1; Q K^T after RoPE depends only on i - t, which is the s
 scores equal the text's own (to rounding, ~1e-13 in float64). A batch is only formed where that holds: every
 layer's RoPE frequencies must be those of each text alone (dynamic NTK and LongRoPE change with the length), and no
 query temperature of absolute positions (Llama 4's NoPE layers); otherwise, and for a text alone, the texts run
-one at a time through Model.forward, exactly as `qkv heads TEXT` runs them.
+one at a time through Model.forward, exactly as `qkv heads TEXT` runs them. An encoder-decoder (T5, BART, Marian)
+is scanned on its encoder's self-attention over each text, one at a time, as `qkv heads TEXT --attention encoder`.
 """
 
 from __future__ import annotations
@@ -120,6 +121,8 @@ def forward_stacked(model, items, kernel: str) -> list[TextRun]:
 def forward_many(model, items, plan, check_memory):
     """[(text_id, Tokens)] -> their runs in the same order: batches of at most plan.batch_tokens rows, stacked
     where stackable, else one text at a time through Model.forward (what `qkv heads` runs)."""
+    if model.is_encoder_decoder:
+        return [encoder_run(model, tokens, plan, check_memory) for _, tokens in items]
     runs: list = [None] * len(items)
     for group in batches(items, plan.batch_tokens):
         lengths = [len(items[i][1].strings) for i in group]
@@ -134,3 +137,11 @@ def forward_many(model, items, plan, check_memory):
             ids = np.asarray(tokens.ids, dtype=np.int64)
             runs[i] = model.forward(ids, layers=[], kernel=plan.kernel, tokens=tokens)
     return runs
+
+
+def encoder_run(model, tokens, plan, check_memory) -> TextRun:
+    """An encoder-decoder's encoder over one text: its self-attention, every layer (L_enc, tau, n, n)."""
+    check_memory(model, plan, len(tokens.strings))
+    ids = model.check_source(np.asarray(tokens.ids, dtype=np.int64))
+    _, parts = model.encode(ids)
+    return TextRun(np.stack([a.weights for a in parts]), ids, list(tokens.labels))

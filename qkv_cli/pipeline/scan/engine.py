@@ -99,12 +99,6 @@ def blocks(plan: ScanPlan) -> Iterator[tuple[int, list[Record]]]:
         yield k, block
 
 
-def check_model(model) -> None:
-    if model.is_encoder_decoder:
-        raise QkvError(f"qkv scan reads a decoder's or an encoder's self-attention: {model.name} is an "
-                       "encoder-decoder (scan its texts with qkv heads --attention encoder)")  # fmt: skip
-
-
 def run_local(model, plan: ScanPlan, todo: Iterator[tuple[int, list[Record]]], write: Callable) -> None:
     """The local engine: each block scored and written in turn."""
     from qkv_cli.pipeline.scan.block import score_block
@@ -120,7 +114,6 @@ def scan(plan: ScanPlan, model, on_progress: Callable[[Progress], None] | None =
     from qkv_cli.pipeline.scan import store as scan_store
     from qkv_cli.pipeline.scan.block import check_memory
 
-    check_model(model)
     model.tokenizer  # noqa: B018  (a missing tokenizer is one error for the scan, not one per text)
     check_memory(model, plan, min(plan.batch_tokens, model.config.max_positions))  # the largest batch, first
     manifest = plan.manifest(model)

@@ -140,3 +140,28 @@ def test_random_weights_scores_equal_qkv_heads_json(tmp_path, options):
                 assert table.column(name)[at].as_py() == row[name], (name, text)
     with pytest.raises(qkv.QkvError, match="--heads cannot be used with --model"):
         qkv.scan(corpus, model="nowhere", out=tmp_path / "t", heads=4)
+
+
+@pytest.mark.reference
+@pytest.mark.parametrize("family", ["t5", "bart"])
+def test_an_encoder_decoder_is_scanned_on_its_encoder(tmp_path_factory, tmp_path, family):
+    """Each score of an encoder-decoder's scan equals `qkv heads TEXT --attention encoder --format json` (tiny
+    random T5 and BART that transformers built)."""
+    from encdecs import build
+    from helpers import BuiltOnce
+
+    require("pyarrow")
+    folder, _ = BuiltOnce(tmp_path_factory, build)[family]
+    texts = ["the cat sat on the mat", "a dog ran in the park today", "it was warm"]
+    table = qkv.scan(corpus_file(tmp_path, texts), model=str(folder), out=tmp_path / "scan").table
+    rows = table.to_pylist()
+    seen = 0
+    for t, text in enumerate(texts):
+        for want in heads_json(text, str(folder), "--attention", "encoder"):
+            got = [r for r in rows if (r["text_id"], r["layer"], r["head"]) == (t, want["layer"], want["head"])]
+            assert len(got) == 1
+            for name in ("entropy", "max_weight", "mean_distance", "self", "previous", "first", "previous_token",
+                         "duplicate_token", "induction", "sink"):  # fmt: skip
+                assert got[0][name] == pytest.approx(want[name], abs=1e-12), (family, text, name)
+            seen += 1
+    assert seen == table.num_rows > 0
