@@ -15,6 +15,7 @@ from qkv_cli.cli.options import (
     CausalOpt,
     DOpt,
     Dtype,
+    DtypeOpt,
     ExcludeCurrentOpt,
     ExcludeFirstOpt,
     KernelOpt,
@@ -66,7 +67,6 @@ HeatmapOpt = Annotated[str | None, typer.Option("--heatmap", metavar=PATH,
 ScoreOpt = Annotated[str, typer.Option("--score", help="The score of --heatmap and --page.")]
 PageOpt = Annotated[str | None, typer.Option("--page", metavar=PATH, help="Also write one offline page (.html): "
                     "the grid of --score; click a head for its top texts and their attention.")]  # fmt: skip
-ScanDtypeOpt = Annotated[Dtype | None, typer.Option("--dtype", help="Floating point type (default float64).")]
 ScanTopOpt = Annotated[int, typer.Option("--top", min=1, help="Heads per score in the table.")]
 
 
@@ -79,7 +79,7 @@ def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model:
          resume: ResumeOpt = False, engine: EngineOpt = Engine.local, ray_address: RayAddressOpt = None,
          shard_size: ShardOpt = 256, batch_tokens: BatchTokensOpt = 512, heatmap: HeatmapOpt = None,
          score: ScoreOpt = "previous", page: PageOpt = None, format: TableJsonOpt = TableJson.table,
-         top: ScanTopOpt = 3, kernel: KernelOpt = "vectorized", dtype: ScanDtypeOpt = None,
+         top: ScanTopOpt = 3, kernel: KernelOpt = "vectorized", dtype: DtypeOpt = Dtype.float64,
          max_memory: MaxMemoryOpt = None, d: DOpt = None, tau: TauOpt = None, seed: SeedOpt = 0,
          causal: CausalOpt = False, window: WindowOpt = None, tokenizer: TokenizerOpt = None):  # fmt: skip
     """Every head's scores on every text of a corpus: the statistics and detector scores of qkv heads (one value
@@ -101,7 +101,7 @@ def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model:
     _check_outputs(heatmap, page, score, detectors, to)
     options = dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict, detectors=detectors, to=to,
                    measure=detector_measure.value, exclude_first=exclude_first, exclude_current=exclude_current,
-                   kernel=kernel, dtype=dtype and dtype.value, shard_size=shard_size, batch_tokens=batch_tokens,
+                   kernel=kernel, dtype=dtype.value, shard_size=shard_size, batch_tokens=batch_tokens,
                    max_memory=max_memory, engine=engine.value, ray_address=ray_address, resume=resume, d=d,
                    heads=tau, seed=seed, causal=causal, window=window, tokenizer=tokenizer,
                    **{k: opts.get(k) for k in ("chat", "system", "no_system", "chat_template")})  # fmt: skip
