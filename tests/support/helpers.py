@@ -15,14 +15,20 @@ import pytest
 REQUIRE_REFERENCE = os.environ.get("QKV_REQUIRE_REFERENCE") == "1"
 
 
-def reference_import(name: str):
-    """Import a reference library (torch, transformers, ...): skip without it, fail if QKV_REQUIRE_REFERENCE=1."""
+def optional_import(name: str, variable: str, skip_why: str):
+    """Import an optional library: skip the test without it (skip_why says what it is for), or fail when the
+    environment variable `variable` is 1 (as CI sets it)."""
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        if REQUIRE_REFERENCE:
-            pytest.fail(f"QKV_REQUIRE_REFERENCE=1 but {name} cannot be imported: {exc}")
-        pytest.skip(f"{name} is not installed (reference test)")
+        if os.environ.get(variable) == "1":
+            pytest.fail(f"{variable}=1 but {name} cannot be imported: {exc}")
+        pytest.skip(f"{name} is not installed ({skip_why})")
+
+
+def reference_import(name: str):
+    """Import a reference library (torch, transformers, ...): skip without it, fail if QKV_REQUIRE_REFERENCE=1."""
+    return optional_import(name, "QKV_REQUIRE_REFERENCE", "reference test")
 
 
 def gguf_reference(path):

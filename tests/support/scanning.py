@@ -3,12 +3,6 @@ a tiny checkpoint of tests/tiny.py and small corpora made of its words."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
-import pytest
-
-REQUIRE_SCAN = os.environ.get("QKV_REQUIRE_SCAN") == "1"
 # sentences of tests/tiny.py's WORDS (at most 10 tokens: BERT's 12 positions with [CLS] and [SEP])
 SENTENCES = [
     "the cat sat on the mat .",
@@ -26,12 +20,9 @@ SENTENCES = [
 
 def require(name: str):
     """Import pyarrow or ray: skip without it, fail if QKV_REQUIRE_SCAN=1."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        if REQUIRE_SCAN:
-            pytest.fail(f"QKV_REQUIRE_SCAN=1 but {name} cannot be imported: {exc}")
-        pytest.skip(f"{name} is not installed (pip install 'qkv-cli[scan]' or '[ray]')")
+    from helpers import optional_import
+
+    return optional_import(name, "QKV_REQUIRE_SCAN", "pip install 'qkv-cli[scan]' or '[ray]'")
 
 
 def corpus_file(folder, lines, name="corpus.txt"):
