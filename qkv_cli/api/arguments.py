@@ -6,6 +6,8 @@ value refused by one is refused by the other with the same one-line message (a `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from qkv_cli.errors import QkvError
 
 # options that describe the random-weights model or its inputs: a checkpoint fixes them (one policy, every command)
@@ -23,7 +25,7 @@ NEEDS_CHECKPOINT = {"layer": "chooses a layer of", "download": "fetches", "gener
                     "attention": "picks an attention of", "rows": "keeps query rows of"}  # fmt: skip
 
 
-def check_checkpoint_policy(values: dict, explicit) -> None:
+def check_checkpoint_policy(values: Mapping, explicit) -> None:
     """With a model, options the checkpoint fixes are errors; without one, --layer, --download ... are.
 
     values: option name -> value; explicit: the names the user gave (not defaulted)."""
@@ -48,7 +50,7 @@ def check_checkpoint_policy(values: dict, explicit) -> None:
         )
 
 
-def chat_of(values: dict):
+def chat_of(values: Mapping):
     """chat, system, no_system, chat_template as one pipeline.chat.Chat; None when none is given (any of the last
     three implies chat)."""
     if not (values.get("chat") or values.get("no_system")) and values.get("system") is None \
@@ -108,7 +110,7 @@ def read_context(context: str | None, context_file=None, stdin_taken: bool = Fal
     return get_context(context, context_file, stdin_taken)
 
 
-def request(values: dict, text=None, default=None, **extra):
+def request(values: Mapping, text=None, default=None, **extra):
     """The pipeline Request these option values describe (Settings checked at construction).
 
     values: option name -> value, with the CLI's parameter names (tau for --heads, layer for --layer ...);
@@ -137,7 +139,7 @@ def request(values: dict, text=None, default=None, **extra):
         chat=chat_of(values), predict=bool(values.get("predict")), logit_lens=bool(values.get("logit_lens")),
         target=values.get("target"), attention=value("attention"), rows=_rows(values.get("rows")),
     )  # fmt: skip
-    return Request(**(fields | extra))
+    return Request.of(**(fields | extra))
 
 
 def _rows(value) -> str | None:

@@ -112,7 +112,7 @@ def execute(req: Request, model: Model | None = None, on_token: Callable[[int, i
 def load_for(req: Request) -> Model | None:
     """The checkpoint a Request names (--model), loaded once as its dtype and budget say; None for random weights.
     The CLI loads it before the run to check --head and --layer against it, then passes it to ``execute``."""
-    if req.model is None:
+    if req.checkpoint.name is None:
         return None
     from qkv_cli.pipeline.compute import load_model
 

@@ -187,11 +187,9 @@ class ModelRun(Output):
         if index not in self.result.layers:
             if self._model is None or self._request is None:
                 raise QkvError(f"layer {index} was not kept: run again with layer={index}")
-            from dataclasses import replace
-
             from qkv_cli.pipeline.compute import compute
 
-            again = compute(replace(self._request, layers=(index,), predict=False, logit_lens=False), self._model)
+            again = compute(self._request.changed(layers=(index,), predict=False, logit_lens=False), self._model)
             self.result.layers[index] = again.layers[index]
         return Layer(self.result.layers[index], self._model)
 

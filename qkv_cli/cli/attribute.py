@@ -50,5 +50,5 @@ def attribute(text: TextArg = None, *, opts: Opts, method: MethodOpt = VALUE_NOR
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
     check_attribution(format.value, limit, req, model, len(heads))  # before the run: the text's tokens counted
-    shown = attributed_heads(req.method, head, heads)
+    shown = attributed_heads(req.attribution.method, head, heads)
     emit(noted(execute(req, model).result), None, shown, precision, format.value, save_npz)

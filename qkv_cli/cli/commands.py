@@ -88,8 +88,6 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
     """Run masked multi-head attention on TEXT and print each head's weights (or other matrices).
 
     With no TEXT and no --file, uses a built-in sample sentence."""
-    from dataclasses import replace
-
     from qkv_cli.api.arguments import output_of, parse_max_output
     from qkv_cli.api.commands import execute
     from qkv_cli.views.export.writing import check_output_path
@@ -106,14 +104,14 @@ def run(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, show: ShowOpt
 
         check(model)
     if head and model is not None and not model.is_encoder_decoder:  # the exports keep only these heads' weights
-        req = replace(req, heads=tuple(heads))
+        req = req.changed(heads=tuple(heads))
     stream = None
     if format != Format.table:  # its size known before the run; a checkpoint's layers written as they are made
         from qkv_cli.views.streaming import LayerWriter
 
         shown = tuple(n for n in names if n != "experts")
-        req = replace(
-            req, output=output_of(format.value, shown, limit, tuple(heads) if head else None, model is not None)
+        req = req.changed(
+            output=output_of(format.value, shown, limit, tuple(heads) if head else None, model is not None)
         )
         stream = LayerWriter(format.value, names, heads) if model is not None else None
     emit(noted(execute(req, model, on_layer=stream).result), names, heads, precision, format.value, save_npz, stream)
@@ -146,8 +144,8 @@ def heatmap(text: TextArg = None, *, opts: Opts, head: HeadOpt = None, out: OutO
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, heads = prepare(req, head)
     if method is not None:  # the weights, the attribution, and per-head panels only when asked
-        heads = attributed_heads(req.method, head, heads)
-    one = method is None and model is not None and not (opts.layer and not req.generate)
+        heads = attributed_heads(req.attribution.method, head, heads)
+    one = method is None and model is not None and not (opts.layer and not req.generation.tokens)
     check_image_path(out, 1 if one else len(heads) + (2 if method else 0))
     at = opts.layer[0] if opts.layer else None
     if look.annotate and (size := panel_size(req, model)) is not None:  # refused before the run, not after
@@ -239,9 +237,9 @@ def heads(text: TextArg = None, *, opts: Opts, format: FormatOpt = Format.table,
         raise QkvError("--ascending orders by a column: give --sort COLUMN too")
     req = request(opts, text, sample(), induction_probe=opts.induction_probe or 0)
     roles = noted([run.result for run in execute_each(req)])
-    emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.induction_probe,
+    emit_roles(roles, format.value, dict(measure=opts.detector_measure.value, probe=req.inputs.induction_probe,
                exclude_first=opts.exclude_first, exclude_current=opts.exclude_current, show=opts.detectors,
-               seed=req.settings.seed, layers=req.layers, sort=sort and sort.value, ascending=ascending,
+               seed=req.settings.seed, layers=req.keep.layers, sort=sort and sort.value, ascending=ascending,
                top=top))  # fmt: skip
 
 

@@ -75,7 +75,7 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
 
     limit = parse_max_output(max_output)
     check_outputs(save_npz, out, page)
-    values = vars(opts) | {"layer": layer[0] if layer else None}
+    values = dict(opts) | {"layer": layer[0] if layer else None}
     cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head,
                      output=(format.value, limit))  # fmt: skip
     from qkv_cli.cli.params import noted

@@ -1,6 +1,5 @@
 """`qkv generate`: a decoder writes after the prompt, through a KV cache; what it read to write each token."""
 
-import dataclasses
 import sys
 from typing import Annotated
 
@@ -61,7 +60,7 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         raise QkvError("qkv generate needs --model: a decoder checkpoint (see qkv models)")
     if save_npz is not None:
         check_output_path(save_npz)
-    req = request(Opts(vars(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
+    req = request(Opts(dict(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
                                      "dtype": dtype}, opts.explicit), text, "The cat sat on the mat because",
                   generate=max_new_tokens, progress=None if quiet else progress_line())  # fmt: skip
     loaded = load_for(req)
@@ -80,11 +79,11 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
         from qkv_cli.views.generate import Stream
 
         stream = Stream(loaded.tokenizer)  # on a terminal the text appears as it is written (no progress line)
-        req = dataclasses.replace(req, progress=None)
+        req = req.changed(progress=None)
     try:
         result = execute(req, loaded, on_token=stream).result
     finally:
-        clear_progress(req.progress)
+        clear_progress(req.generation.progress)
     if stream is not None:
         stream.end()
     noted(result)

@@ -8,28 +8,41 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Mapping
 
 import typer
 
 from qkv_cli.errors import QkvError
 
 
-class Opts:
-    """The shared options of one command invocation."""
+class Opts(Mapping):
+    """The shared options of one command invocation: option name -> value (read also as attributes, opts.layer),
+    and `explicit`, the names given on the command line. api.arguments.request turns it into the Request."""
 
-    def __init__(self, values: dict, explicit: frozenset):
-        self.__dict__.update(values)
-        self.explicit = explicit
+    def __init__(self, values: Mapping, explicit: frozenset):
+        self._values, self.explicit = dict(values), frozenset(explicit)
 
-    def get(self, name, default=None):
-        return self.__dict__.get(name, default)
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["_values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name):
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 def check_checkpoint_policy(opts: Opts) -> None:
     """With --model, options the checkpoint fixes are errors; without it, --layer and --download are."""
     from qkv_cli.api.arguments import check_checkpoint_policy as check
 
-    check(opts.__dict__, opts.explicit)
+    check(opts, opts.explicit)
 
 
 def takes(*sets, **defaults):
@@ -69,14 +82,14 @@ def request(opts: Opts, text, default=None, **extra):
     """The pipeline Request these options describe (qkv_cli.api.arguments.request: the one the Python API uses)."""
     from qkv_cli.api.arguments import request as build
 
-    return build(opts.__dict__, text, default, **extra)
+    return build(opts, text, default, **extra)
 
 
 def chat_options(opts: Opts):
     """--chat, --system, --no-system, --chat-template as one pipeline.chat.Chat (None: none of them given)."""
     from qkv_cli.api.arguments import chat_of
 
-    return chat_of(opts.__dict__)
+    return chat_of(opts)
 
 
 def parse_show(show: str, choices) -> list[str]:
@@ -121,7 +134,7 @@ def prepare(req, head):
     model = load_for(req)
     tau = req.settings.tau if model is None else model.config.n_heads
     if model is not None and model.is_encoder_decoder:  # the heads of the attention shown
-        tau = model.n_heads(req.attention or "cross")
+        tau = model.n_heads(req.encdec.attention or "cross")
     return model, parse_heads(head, tau)
 
 

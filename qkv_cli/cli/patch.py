@@ -71,7 +71,7 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
     from qkv_cli.views.console.patch import emit
 
     check_outputs(save_npz, out, page)
-    values = vars(opts) | {"attention": page is not None}
+    values = dict(opts) | {"attention": page is not None}
     values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
                "dtype": dtype, "kernel": kernel}  # fmt: skip
     result = patching(clean, corrupted, model, values, download=download)

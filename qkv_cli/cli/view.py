@@ -36,7 +36,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     req = request(opts, text, sample(), batch=batch, band=True, method=method and method.value,
                   head_fusion=head_fusion and head_fusion.value)  # fmt: skip
     model, _ = prepare(req, None)
-    first = opts.layer[0] if opts.layer and req.generate else None  # the layer a generation's page shows first
+    first = opts.layer[0] if opts.layer and req.generation.tokens else None  # the layer a generation's page shows first
     if first is not None and model is not None:  # checked before the model writes
         from qkv_cli.api.commands import check_layer
 

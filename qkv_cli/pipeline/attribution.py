@@ -101,21 +101,19 @@ def layer_pass_bytes(config, m: int, itemsize: int) -> int:
 
 def check(req) -> None:
     """The options, before any text is read or weights loaded."""
-    if req.method not in METHODS:
-        raise QkvError(f"unknown --method {req.method!r}: choose one of {', '.join(METHODS)}")
-    if req.head_fusion is not None and req.method != "rollout":
-        raise QkvError(f"--head-fusion is for --method rollout: {req.method} does not fuse the heads")
-    if req.head_fusion is not None and req.head_fusion not in FUSIONS:
-        raise QkvError(f"unknown --head-fusion {req.head_fusion!r}: choose one of {', '.join(FUSIONS)}")
-    if len(set(req.layers)) > 1:
-        raise QkvError(f"--method {req.method} attributes one layer: give one --layer")
-    if req.model is None and req.method != "value-norm":
-        why = ("multiplies the attention of every layer" if req.method == "rollout"
+    method = req.attribution.method  # a choice of METHODS (pipeline.request.Attribution checks it)
+    if method is None:
+        raise QkvError("an attribution needs --method: choose one of " + ", ".join(METHODS))
+    if len(set(req.keep.layers)) > 1:
+        raise QkvError(f"--method {method} attributes one layer: give one --layer")
+    if req.checkpoint.name is None and method != "value-norm":
+        why = ("multiplies the attention of every layer" if method == "rollout"
                else "reruns a whole layer (residual, norm and feed-forward)")  # fmt: skip
-        raise QkvError(f"--method {req.method} needs --model: it {why}, and random weights have one attention layer; "
+        raise QkvError(f"--method {method} needs --model: it {why}, and random weights have one attention layer; "
                        "--method value-norm works on random weights")  # fmt: skip
-    if req.batch or req.generate:
-        raise QkvError(f"--method {req.method} cannot be combined with {'--batch' if req.batch else '--generate'}")
+    if req.inputs.batch or req.generation.tokens:
+        other = "--batch" if req.inputs.batch else "--generate"
+        raise QkvError(f"--method {method} cannot be combined with {other}")
 
 
 def attributed_heads(method: str, head, heads) -> list[int]:
@@ -127,7 +125,7 @@ def attributed_heads(method: str, head, heads) -> list[int]:
 
 def of_layer(result: Result, req) -> Result:
     """value-norm of a random-weights layer (SEEDED): f^h(x_j) = x_j W^h_v W^h_o (no biases)."""
-    limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
+    limit = budget.default_max_memory() if req.limits.max_memory is None else req.limits.max_memory
     tau, m, n = result.weights.shape
     budget.check_budget(8 * (tau * n * result.d + 2 * tau * m * n) + CHUNK_BYTES, limit, HINTS, what="value-norm",
                         dtype=req.settings.dtype, given=(ONE_PASS,))  # fmt: skip
@@ -144,28 +142,30 @@ def of_model(model, text: str, req) -> Result:
     from qkv_cli.pipeline.checkpoint import check_memory, chosen_layers
 
     c, kernel = model.config, req.settings.kernel
-    L = chosen_layers(model, req.layers, False)[0]
-    said = prompt(model, text, req.chat)
+    L = chosen_layers(model, req.keep.layers, False)[0]
+    said = prompt(model, text, req.inputs.chat)
     tokens = said.tokens
     m, item = len(tokens), model.dtype.itemsize
     extra = {"rollout": 16 * m * m, "value-norm": 8 * (c.n_heads * m * c.d + 2 * c.n_heads * m * m) + CHUNK_BYTES,
-             "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.method]  # fmt: skip
+             "value-zeroing": layer_pass_bytes(c, m, item) + 16 * m * m}[req.attribution.method]  # fmt: skip
     needed = estimate_bytes(c, m, model.dtype, 1) + extra
-    limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
+    limit = budget.default_max_memory() if req.limits.max_memory is None else req.limits.max_memory
     check_memory(
         model,
         needed,
         limit,
         HINTS,
-        what=f"--method {req.method}",
-        given=(ONE_PASS,) if req.method == "value-norm" else (),
+        what=f"--method {req.attribution.method}",
+        given=(ONE_PASS,) if req.attribution.method == "value-norm" else (),
     )  # the weights counted too, as run's
     run = model.forward(np.asarray(tokens.ids, dtype=np.int64), layers=[L], kernel=kernel, tokens=tokens)
-    out = attributed(run.layers[L], method=req.method, ids=run.ids, chat=said if req.chat is not None else None)
-    if req.method == "rollout":
-        out.head_fusion = req.head_fusion or "mean"
+    out = attributed(
+        run.layers[L], method=req.attribution.method, ids=run.ids, chat=said if req.inputs.chat is not None else None
+    )
+    if req.attribution.method == "rollout":
+        out.head_fusion = req.attribution.head_fusion or "mean"
         out.attribution = rollout(run.attentions, L, out.head_fusion)
-    elif req.method == "value-norm":
+    elif req.attribution.method == "value-norm":
         out.attribution, out.attribution_heads, out.value_norms = value_norms(out.weights, value_vectors(out.V, out.Wo))
     else:
         out.cost = {"passes": m + 1, "bytes": int(needed), "layer_pass_bytes": layer_pass_bytes(c, m, item)}

@@ -9,12 +9,12 @@ def check_attribution(fmt: str | None, limit: int, req, model, tau: int) -> None
     counted)."""
     if fmt not in ("json", "csv"):
         return
-    from dataclasses import replace
-
     from qkv_cli.core.output_size import check_count
     from qkv_cli.pipeline.compute import panel_size
 
-    size = panel_size(replace(req, method=None), model)  # the text's tokens, as the attributed run reads them
+    size = panel_size(
+        req.changed(method=None, head_fusion=None), model
+    )  # the text's tokens, as the attributed run reads them
     if size is None:
         return
     m, n = size

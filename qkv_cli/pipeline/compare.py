@@ -12,7 +12,7 @@ is 0 for identical rows and 1 for rows with no weight in common; a head's TV is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -152,13 +152,13 @@ def run(req: Request, texts: tuple[str, ...], models: tuple = ()) -> Comparison:
         if model is not None and model.is_encoder_decoder:
             raise QkvError(f"qkv compare reads a decoder's or an encoder's attention, not an encoder-decoder's "
                            f"({model.name})")  # fmt: skip
-    limit = budget.default_max_memory() if req.max_memory is None else req.max_memory
+    limit = budget.default_max_memory() if req.limits.max_memory is None else req.limits.max_memory
     runs = []
     for at, (text, model) in enumerate(pairs):  # each run's budget is what the rest leaves: both runs are kept
         held = sum(weights_of(r)[1].nbytes for r in runs)  # A's weights, while B runs
         if mode == "models":
             held += models[1 - at].weights_bytes  # the other model stays loaded
-        side = replace(req, text=text, model=None if model is None else model.name, max_memory=max(1, limit - held))
+        side = req.changed(text=text, model=None if model is None else model.name, max_memory=max(1, limit - held))
         runs.append(within(limit, held, lambda side=side, model=model: compute(side, model)))
     a, b = runs
     if mode == "models":

@@ -25,7 +25,7 @@ def count(req, text: str, model) -> int:
     if model is not None:
         from qkv_cli.pipeline.chat import prompt
 
-        return len(prompt(model, text, req.chat).tokens)
+        return len(prompt(model, text, req.inputs.chat).tokens)
     from qkv_cli.text.tokens import tokenize
 
     return len(tokenize(text, req.settings.tokenizer))

@@ -189,7 +189,7 @@ def test_hostile_labels_are_text(viewer, tmp_path):
     from qkv_cli.views.kinds import save_page
 
     hostile = ("</script><script>alert(1)</script>", "<img src=x onerror=alert(2)>", "\x1b[2J", "&lt;b&gt;")
-    r = compute(Request(text="a b c d", settings=Settings(d=16, tau=2)))
+    r = compute(Request.of(text="a b c d", settings=Settings(d=16, tau=2)))
     r = replace(r, tokens=Tokens(strings=hostile, labels=hostile, offsets=((0, 0),) * 4))
     save_page(r, tmp_path / "hostile.html")
     v = viewer(tmp_path / "hostile.html")

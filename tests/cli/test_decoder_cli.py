@@ -122,6 +122,6 @@ def test_explain_olmo2_input_is_not_said_to_be_normed(tiny):
     assert "the layer input itself (OLMo 2 has no norm before attention" in out and "first norm" not in out
     llama = " ".join(invoke("explain", TEXT, "--model", tiny["llama"], "--layer", "1", columns=300).split())
     assert "the layer input after its first norm (N_1)" in llama
-    req = Request(text=TEXT, model=str(tiny["olmo2"]), layers=(1,), all_layers=True)
+    req = Request.of(text=TEXT, model=str(tiny["olmo2"]), layers=(1,), all_layers=True)
     run = compute(req, load_model(req))
     np.testing.assert_allclose(run.layers[1].H, run.hidden_states[1], atol=1e-12)  # H: layer 1's input, un-normed

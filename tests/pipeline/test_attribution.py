@@ -31,7 +31,9 @@ def tiny(tmp_path_factory):
 
 def attribute(model, method, **extra):
     settings = Settings(dtype="float64", kernel=extra.pop("kernel", "vectorized"))
-    return compute(Request(text=extra.pop("text", TEXT), model=str(model), method=method, settings=settings, **extra))
+    return compute(
+        Request.of(text=extra.pop("text", TEXT), model=str(model), method=method, settings=settings, **extra)
+    )
 
 
 # --- rollout ------------------------------------------------------------------------------------------------
@@ -115,7 +117,9 @@ def test_value_norms_of_random_weights_from_the_export(tmp_path):
     assert invoke(["run", *args, "--save-npz", path, "--format", "json"]).exit_code == 0
     z = np.load(path)
     expected = norms_by_loops(z["H"], z["Wv"], None, z["Wo"], z["weights"])
-    got = compute(Request(text=args[0], method="value-norm", settings=Settings(d=16, tau=4, kv_heads=2, causal=True)))
+    got = compute(
+        Request.of(text=args[0], method="value-norm", settings=Settings(d=16, tau=4, kv_heads=2, causal=True))
+    )
     for ours, theirs in zip((got.attribution, got.attribution_heads, got.value_norms), expected, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
     assert (got.attribution[np.triu_indices(6, 1)] == 0).all()  # a masked key moves nothing
@@ -225,7 +229,7 @@ def test_loop_kernel_gives_the_same_numbers(tiny, family, method):
 )
 def test_bad_requests_are_one_line_errors(request_fields, fragment):
     with pytest.raises(QkvError, match=fragment):
-        compute(Request(text=TEXT, **request_fields))
+        compute(Request.of(text=TEXT, **request_fields))
 
 
 def test_one_layer_only(tiny):

@@ -19,14 +19,14 @@ def each(model, texts: list[str], req) -> list[Result]:
     """qkv heads: one MODEL Result per text, of the self-attention --attention names (encoder or decoder)."""
     from qkv_cli.pipeline.encdec import run as encdec
 
-    encdec.check_model(model, req.target, req.attention)
-    attention = req.attention or "cross"
+    encdec.check_model(model, req.encdec.target, req.encdec.attention)
+    attention = req.encdec.attention or "cross"
     if attention == "cross":
         raise QkvError("qkv heads reads self-attention (self, previous and first token are positions of one text): "
                        "give --attention encoder (the source) or decoder (the target)")  # fmt: skip
-    if req.chat is not None:
+    if req.inputs.chat is not None:
         raise QkvError(f"--chat uses a chat template: {model.name} is an encoder-decoder and has none")
-    return [encdec.run(model, t, req.target, attention, settings=req.settings, max_memory=req.max_memory)
+    return [encdec.run(model, t, req.encdec.target, attention, settings=req.settings, max_memory=req.limits.max_memory)
             for t in texts]  # fmt: skip
 
 
@@ -35,22 +35,24 @@ def attribute(model, text: str, req) -> Result:
     from qkv_cli.pipeline.attribution import rollout, value_norms, value_vectors
     from qkv_cli.pipeline.encdec import run as encdec
 
-    encdec.check_model(model, req.target, req.attention)
-    attention = req.attention or "cross"
-    if req.chat is not None:
+    encdec.check_model(model, req.encdec.target, req.encdec.attention)
+    attention = req.encdec.attention or "cross"
+    if req.inputs.chat is not None:
         raise QkvError(f"--chat uses a chat template: {model.name} is an encoder-decoder and has none")
-    if req.method == "value-zeroing":
+    if req.attribution.method == "value-zeroing":
         raise QkvError(f"--method value-zeroing reruns a layer of a decoder or encoder alone: on {model.name} (an "
                        "encoder-decoder) use value-norm or rollout")  # fmt: skip
-    if req.method == "rollout" and attention == "cross":
+    if req.attribution.method == "rollout" and attention == "cross":
         raise QkvError("--method rollout multiplies self-attention layer by layer: cross-attention's keys are the "
                        "source, not the previous layer's queries; give --attention encoder or decoder, or use "
                        "--method value-norm")  # fmt: skip
-    run = encdec.run(model, text, req.target, attention, layers=req.layers, max_memory=req.max_memory)
+    run = encdec.run(
+        model, text, req.encdec.target, attention, layers=req.keep.layers, max_memory=req.limits.max_memory
+    )
     L = min(run.layers)
-    out = attributed(run.layers[L], method=req.method, ids=np.asarray(run.layers[L].tokens.ids))
-    if req.method == "rollout":
-        out.head_fusion = req.head_fusion or "mean"
+    out = attributed(run.layers[L], method=req.attribution.method, ids=np.asarray(run.layers[L].tokens.ids))
+    if req.attribution.method == "rollout":
+        out.head_fusion = req.attribution.head_fusion or "mean"
         out.attribution = rollout(run.attentions, L, out.head_fusion)
     else:
         out.attribution, out.attribution_heads, out.value_norms = value_norms(out.weights, value_vectors(out.V, out.Wo))

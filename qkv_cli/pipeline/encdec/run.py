@@ -34,8 +34,9 @@ def check_model(model, target, attention) -> None:
 def check_options(model, req) -> None:
     """What an encoder-decoder run does not do is refused, never ignored: a chat template, next-token predictions,
     sampling (its writing is greedy)."""
-    given = [flag for flag, on in (("--chat", req.chat is not None), ("--predict", req.predict),
-             ("--logit-lens", req.logit_lens), ("--temperature", req.temperature > 0), ("--top-k", req.top_k > 0))
+    read, g = req.readout, req.generation
+    given = [flag for flag, on in (("--chat", req.inputs.chat is not None), ("--predict", read.predict),
+             ("--logit-lens", read.logit_lens), ("--temperature", g.temperature > 0), ("--top-k", g.top_k > 0))
              if on]  # fmt: skip
     if given:
         raise QkvError(f"{given[0]} is not available for an encoder-decoder ({model.name}): it runs SOURCE with "

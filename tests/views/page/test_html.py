@@ -84,7 +84,7 @@ def decode(doc: dict, b: int = 0):
 
 def result_of(**kw):
     text = kw.pop("text", TEXT)
-    return compute(Request(text=text, settings=Settings(**{"d": 32, "tau": 4, **kw.pop("settings", {})}), **kw))
+    return compute(Request.of(text=text, settings=Settings(**{"d": 32, "tau": 4, **kw.pop("settings", {})}), **kw))
 
 
 CASES = {
@@ -133,7 +133,9 @@ def test_band_page(monkeypatch):
 
 
 def test_batch_page_shows_each_sentence():
-    r = compute(Request(text="the cat sat\na dog barked at the moon\nhi", batch=True, settings=Settings(d=16, tau=2)))
+    r = compute(
+        Request.of(text="the cat sat\na dog barked at the moon\nhi", batch=True, settings=Settings(d=16, tau=2))
+    )
     doc = data_of(kinds.render(r))
     assert [len(s["tokens"]) for s in doc["sentences"]] == r.lengths
     assert "+3 pads" in doc["sentences"][0]["name"]
@@ -145,7 +147,7 @@ def test_batch_page_shows_each_sentence():
 
 @pytest.mark.reference
 def test_model_page_every_layer_with_scores_where_kept(minilm):
-    r = compute(Request(text=TEXT, model=str(minilm), layers=(0, -1)))
+    r = compute(Request.of(text=TEXT, model=str(minilm), layers=(0, -1)))
     doc = data_of(kinds.render(r))
     s, layers = decode(doc)
     assert doc["kind"] == "model" and doc["L"] == 6 and doc["tau"] == 12 and doc["detail"] == [0, 5]
@@ -161,7 +163,7 @@ def test_decoder_page_with_grouped_heads(transformers, torch, tmp_path):
     from decoders import build
 
     build(transformers, torch, "gemma2", tmp_path)  # 4 query heads on 2 key/value heads, sliding layers, soft-cap
-    r = compute(Request(text=TEXT, model=str(tmp_path)))
+    r = compute(Request.of(text=TEXT, model=str(tmp_path)))
     doc = data_of(kinds.render(r))
     _, layers = decode(doc)
     assert doc["G"] == 2 and doc["kv"] == [0, 0, 1, 1]
@@ -194,7 +196,7 @@ def test_code_budget_and_bytes_per_weight(minilm):
     code = len((page.asset("view.html") + css + js).encode())
     assert code <= 100_000
     words = ("the cat sat on the mat because it was warm and the dog slept by the door " * 12).split()
-    r = compute(Request(text=" ".join(words[:126]), model=str(minilm)))
+    r = compute(Request.of(text=" ".join(words[:126]), model=str(minilm)))
     weights = r.attentions.size
     assert r.attentions.shape == (6, 12, 128, 128)
     assert (len(kinds.render(r).encode()) - code) / weights <= 3.0
@@ -225,7 +227,7 @@ def test_hostile_labels_stay_text():
 
 @pytest.mark.reference
 def test_hostile_model_name_in_the_title(minilm):
-    r = compute(Request(text="a cat", model=str(minilm)))
+    r = compute(Request.of(text="a cat", model=str(minilm)))
     r.model.name = "<b>bold</b>\x1b[31m"
     html = kinds.render(r)
     assert "<title>&lt;b&gt;bold&lt;/b&gt;[31m: attention</title>" in html and "<b>" not in html

@@ -104,7 +104,7 @@ def test_generation_page_equals_the_npz(tiny, tmp_path, how):
 
 
 def test_generation_page_options_and_hostile_text(tiny):
-    gen = compute(Request(text=PROMPT, model=str(tiny["gpt2"]), generate=3))
+    gen = compute(Request.of(text=PROMPT, model=str(tiny["gpt2"]), generate=3))
     doc = kinds.page_data(gen, kv_heads=2, layer=0)
     assert doc["G"] == 2 and doc["kv"] == [0, 0, 1, 1] and doc["start"] == 0
     assert kinds.page_data(gen, layer=-1)["start"] == gen.step_attentions.shape[1] - 1
