@@ -48,7 +48,6 @@ from qkv_cli.cli.options import (
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
-    MaxOutputOpt,
     MethodOpt,
     ModelOpt,
     MOpt,
@@ -67,6 +66,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     choices,
 )  # fmt: skip
+from qkv_cli.cli.outputs import MaxOutputOpt
 from qkv_cli.cli.params import Opts, noted, parse_show, prepare, request, sample, takes
 from qkv_cli.errors import QkvError
 
