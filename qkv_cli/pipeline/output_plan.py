@@ -89,7 +89,7 @@ def check_band(output: Output | None, settings, tokens, n_c: int) -> None:
     check_size(output.fmt, size, output.limit, shape, hints)
 
 
-def check_encdec(output: Output | None, model, src, dec, attention: str, chosen) -> None:
+def check_encdec(output: Output | None, model, src, dec, attention: str, chosen, layers_given: bool = False) -> None:
     """Refuse an encoder-decoder run (--target, --attention) whose output would exceed --max-output: the chosen
     layers' matrices of that attention and, in JSON, all three attentions of every layer (transformers' names)."""
     if output is None:
@@ -100,7 +100,7 @@ def check_encdec(output: Output | None, model, src, dec, attention: str, chosen)
     three = c.n_layers * c.n_heads * n * n + model.dec_layers * model.dec_heads * (m * m + m * n) + n * c.d
     s = Layout(R=len(queries), n=len(keys), d=c.d, d_k=c.d_k, tau=_heads(output, tau), G=tau, layers=len(chosen),
                kept_layers=L, kept_heads=tau, label=mean_label(queries.labels), extra=three)  # fmt: skip
-    given = ["--head"] if output.heads else []
+    given = ["--head"] * bool(output.heads) + ["--layer"] * layers_given
     check_output(
         output, s, given, model.dtype.itemsize, "--layer, --head, a shorter source or target, or --save-npz FILE"
     )
@@ -125,3 +125,20 @@ def check_generation(output: Output | None, model, steps: int, n_source: int | N
         csv_step = CSV_FIXED + 8 * n_source  # the weights with --precision 3 (and a comma)
         hints = "--max-new-tokens, a shorter source, or --save-npz FILE"
     check_size(output.fmt, steps * (json_step if output.fmt == "json" else csv_step), output.limit, shape, hints)
+
+
+def check_mask(output: Output | None, grids) -> None:
+    """Refuse qkv mask --format json above --max-output: per grid (pipeline.maskgrid.MaskGrid) every cell's
+    `allowed`, the rules that removed it and its additive mask (0.0 or null), beside the tokens."""
+    if output is None or output.fmt != "json":
+        return
+    size = 0
+    for g in grids:
+        m, n = g.allowed.shape
+        kept = int(g.allowed.sum())
+        size += kept * len("true, [], 0.0, ") + (m * n - kept) * len("false, [], null, ")
+        size += sum((len(rule) + 4) * int(x.sum()) for rule, x in g.grids.items())  # '"causal", ' in removed_by
+        size += int((m + n) * (mean_label(g.labels) + 4))
+    m, n = grids[0].allowed.shape
+    shape = f"{count(len(grids), 'grid')} of {m:,} queries x {n:,} keys"
+    check_size("json", size, output.limit, shape, "a shorter text" + (", or one --layer" if len(grids) > 1 else ""))

@@ -83,7 +83,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
     budget.check_budget(model.weights_bytes + estimate(model, len(src), len(dec)), limit, HINTS, dtype=model.dtype)
     L = model.n_layers(attention)
     chosen = chosen_layers(_Sized(model, L), layers, all_layers)
-    check_encdec(output, model, src, dec, attention, chosen)
+    check_encdec(output, model, src, dec, attention, chosen, bool(layers))
     seq = model.teacher_forced(src.ids, dec.ids)
     ablation = None
     if settings is not None and settings.ablate is not None:
