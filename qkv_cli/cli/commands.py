@@ -181,18 +181,22 @@ def explain(text: TextArg = None, *, opts: Opts,
             head: Annotated[int, typer.Option("--head", min=0, help="The head to walk through, 0..tau-1.")] = 0,
             query: Annotated[int | None, typer.Option("--query", min=0,
                              help="Zoom into query I: each q_i . k_t, softmax, sum of v_t.")] = None,
-            precision: PrecisionOpt = 2, format: TableJsonOpt = TableJson.table):  # fmt: skip
+            precision: PrecisionOpt = 2, format: TableJsonOpt = TableJson.table,
+            max_output: MaxOutputOpt = None):  # fmt: skip
     """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o.
 
     With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
     biases included."""
-    from qkv_cli.api.commands import execute
+    from qkv_cli.api.arguments import parse_max_output
+    from qkv_cli.api.commands import check_explain, execute
     from qkv_cli.views.console.explain import emit
 
     if opts.layer and len(set(opts.layer)) > 1:
         raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
+    limit = parse_max_output(max_output)
     req = request(opts, text, sample("short"))
     model, _ = prepare(req, [head])
+    check_explain(format.value, limit, req, model)  # before the run: the text's tokens counted
     emit(noted(execute(req, model).result).first_layer(), head, query, precision, format.value)
 
 

@@ -142,3 +142,17 @@ def check_mask(output: Output | None, grids) -> None:
     m, n = grids[0].allowed.shape
     shape = f"{count(len(grids), 'grid')} of {m:,} queries x {n:,} keys"
     check_size("json", size, output.limit, shape, "a shorter text" + (", or one --layer" if len(grids) > 1 else ""))
+
+
+def check_explain(output: Output | None, size: tuple[int, int] | None, settings, model) -> None:
+    """Refuse qkv explain --format json above --max-output, from the text's (m queries, n keys) before anything
+    runs: one head's walk, H (m x d), W^q, W^k, W^v (d x d_k), Q, K, V, scores, Mask, weights (m x n), its output,
+    concat, W^o (tau d_k x d) and the layer's output (size None: not known before the run, not counted)."""
+    if output is None or output.fmt != "json" or size is None:
+        return
+    m, n = size
+    c = settings if model is None else model.config
+    d, d_k, tau = c.d, c.d_k, c.tau if model is None else c.n_heads
+    count = 2 * m * d + 3 * d * d_k + (m + 2 * n) * d_k + 3 * m * n + m * d_k + m * tau * d_k + tau * d_k * d
+    shape = f"1 head x {m:,} rows x {n:,} keys, d={d:,}"
+    check_size("json", count * JSON_NUMBER, output.limit, shape, "a shorter text")

@@ -177,3 +177,13 @@ def test_an_encoder_decoders_output_is_bounded(t5, options, fragments):
     line = assert_refused_then_estimated([options[0], TEXT, "--model", t5, *options[1:]], *fragments)
     if "--layer" in options:
         assert "--layer" not in line.split("shrink it with")[1]
+
+
+def test_qkv_explain_json_is_bounded_before_the_run(damaged):
+    assert_refused_then_estimated(["explain", TEXT, "--format", "json", *SMALL], "1 head x 6 rows x 6 keys, d=8")
+    assert_refused_then_estimated(["explain", TEXT, "--format", "json", *SMALL, "--context", "a dog ran"],
+                                  "1 head x 6 rows x 3 keys")  # fmt: skip
+    args = ["explain", TEXT, "--format", "json", "--model", damaged]
+    assert_one_line_error(invoke(args), "non-finite")  # the control: the walk reads layer 0 on its way
+    line = assert_one_line_error(invoke([*args, "--max-output", "1B"]), "1 head x 6 rows x 6 keys, d=16")
+    assert "non-finite" not in line
