@@ -167,6 +167,8 @@ ENCDEC = [  # (options, fragments): TEXT is 7 tokens with its </s>, the target 6
     (["run", "--attention", "encoder", "--format", "csv", "--layer", "0"], ["1 layer x 4 heads x 7 rows x 7 keys"]),
     (["generate", "--format", "json", "--max-new-tokens", "6"], ["6 tokens x 3 layers x 4 heads x 7 source tokens"]),
     (["generate", "--format", "csv", "--max-new-tokens", "6"], ["--max-new-tokens, a shorter source"]),
+    (["attribute", "--target", "le chat est assis", "--format", "json"], ["x 6 rows x 7 keys of the attribution"]),
+    (["attribute", "--attention", "encoder", "--format", "csv"], ["x 7 rows x 7 keys of the attribution"]),
 ]  # fmt: skip
 
 
