@@ -189,3 +189,15 @@ def test_qkv_explain_json_is_bounded_before_the_run(damaged):
     assert_one_line_error(invoke(args), "non-finite")  # the control: the walk reads layer 0 on its way
     line = assert_one_line_error(invoke([*args, "--max-output", "1B"]), "1 head x 6 rows x 6 keys, d=16")
     assert "non-finite" not in line
+
+
+def test_a_scans_page_takes_max_page_size(llama, tmp_path):
+    from scanning import SENTENCES, corpus_file, require
+
+    require("pyarrow")
+    page = tmp_path / "p.html"
+    args = ["scan", corpus_file(tmp_path, SENTENCES), "--model", llama, "--out", tmp_path / "s", "--page", page]
+    line = assert_one_line_error(invoke([*args, "--max-page-size", "1KB"]), "the page would be about",
+                                 "more than --max-page-size 1.0 KB", "e.g. --max-page-size")  # fmt: skip
+    assert "max_page_size=" not in line and not page.exists()  # the CLI's flag, not the API's keyword
+    assert invoke([*args, "--resume"]).exit_code == 0 and page.exists()
