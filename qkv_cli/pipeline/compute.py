@@ -143,7 +143,8 @@ def generation(req: Request, model, on_token=None) -> Result:
         from qkv_cli.pipeline.encdec import run as encdec
 
         encdec.check_options(model, req)
-        check_generation(req.limits.output, model, g.tokens, len(model.tokenize(text)))
+        if req.limits.output is not None:  # its JSON holds each step's cross-attention over the source
+            check_generation(req.limits.output, model, g.tokens, len(model.tokenize(text)))
         return encdec.generate(model, text, g.tokens, req.limits.max_memory)
     said = chat.prompt(model, text, req.inputs.chat)
     check_generation(req.limits.output, model, g.tokens)
