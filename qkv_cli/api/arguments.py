@@ -81,11 +81,12 @@ def parse_max_output(value) -> int:
     return parse(value)
 
 
-def output_of(fmt: str, show, limit: int, heads=None, checkpoint: bool = True):
-    """What a run will print (core.output_size.Output): its format, the matrices shown, the limit, the heads."""
+def output_of(fmt: str, show, limit: int, heads=None, checkpoint: bool = True, shown_layers: int = 1):
+    """What a run will print (core.output_size.Output): its format, the matrices shown, the limit, the heads (and
+    the layers a generation's rows rank in)."""
     from qkv_cli.core.output_size import Output
 
-    return Output(fmt, tuple(show), limit, heads, checkpoint)
+    return Output(fmt, tuple(show), limit, heads, checkpoint, shown_layers)
 
 
 def sample_text(name: str | None = None) -> str:

@@ -140,6 +140,16 @@ def check_attribution(fmt: str | None, limit: int, req: Request, model: Model | 
     check(fmt, limit, req, model, tau)
 
 
+def check_explain(fmt: str, limit: int, req: Request, model: Model | None) -> None:
+    """qkv explain's JSON refused above `limit` bytes, counted from the text's tokens before it runs (stdin and an
+    encoder-decoder: not known before the run, not counted)."""
+    from qkv_cli.api.arguments import output_of
+    from qkv_cli.pipeline.output_plan import check_explain as check
+
+    if fmt == "json":
+        check(output_of(fmt, (), limit), panel_size(req, model), req.settings, model)
+
+
 def panel_size(req: Request, model: Model | None = None) -> tuple[int, int] | None:
     """(queries, keys) of one layer's panels, known from the tokens before anything runs; None where not."""
     from qkv_cli.pipeline.compute import panel_size as size

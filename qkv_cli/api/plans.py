@@ -153,15 +153,19 @@ def mask(text: str | None = None, model: str | PathLike | object | None = None, 
 def mask_grids(text: str | None, model=None, *, file=None, causal: bool = False, window: int | None = None,
                chunk: int | None = None, context: str | None = None, context_file=None, mask_file=None,
                pad_to: int | None = None, tokenizer: str = "word", layers=(), chat=None, target: str | None = None,
-               attention: str | None = None, download: bool = False) -> list:  # fmt: skip
+               attention: str | None = None, download: bool = False, output=None) -> list:  # fmt: skip
     """The mask grids ``qkv mask`` draws (pipeline.maskgrid.MaskGrid): one for random weights' rules; for a
     checkpoint (a name, a path or a loaded model), one per layer asked or per kind of layer, over `text` as it is
-    (default a short sample); for an encoder-decoder (or with target / attention), its chosen attention's."""
+    (default a short sample); for an encoder-decoder (or with target / attention), its chosen attention's. output:
+    the JSON to print (core.output_size.Output), refused above its limit before it is made."""
     from qkv_cli.pipeline import maskgrid
+    from qkv_cli.pipeline.output_plan import check_mask
 
     if model is None:
-        return [maskgrid.for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer,
-                                     chunk)]  # fmt: skip
+        grids = [maskgrid.for_options(text, file, causal, window, context, context_file, mask_file, pad_to, tokenizer,
+                                      chunk)]  # fmt: skip
+        check_mask(output, grids)
+        return grids
     from qkv_cli.api.arguments import sample_text
     from qkv_cli.api.commands import load
 
@@ -170,8 +174,11 @@ def mask_grids(text: str | None, model=None, *, file=None, causal: bool = False,
     if target is not None or attention is not None or loaded.is_encoder_decoder:
         from qkv_cli.pipeline.encdec.inspection import mask_grid
 
-        return mask_grid(loaded, text, target, attention, layers)
-    return maskgrid.for_model(loaded, text, layers, chat)
+        grids = mask_grid(loaded, text, target, attention, layers)
+    else:
+        grids = maskgrid.for_model(loaded, text, layers, chat)
+    check_mask(output, grids)
+    return grids
 
 
 def find_models() -> list[dict]:

@@ -14,13 +14,13 @@ from qkv_cli.cli.options import (
     FormatOpt,
     HeadFusionOpt,
     HeadOpt,
-    MaxOutputOpt,
     Method,
     MethodOpt,
     PrecisionOpt,
     SaveNpzOpt,
     TextArg,
 )  # fmt: skip
+from qkv_cli.cli.outputs import MaxOutputOpt
 from qkv_cli.cli.params import Opts, request, takes
 
 VALUE_NORM = Method("value-norm")  # the default: the one method that also works on random weights

@@ -48,7 +48,6 @@ from qkv_cli.cli.options import (
     KvHeadsOpt,
     LayerOpt,
     MaskFileOpt,
-    MaxOutputOpt,
     MethodOpt,
     ModelOpt,
     MOpt,
@@ -67,6 +66,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     choices,
 )  # fmt: skip
+from qkv_cli.cli.outputs import MaxOutputOpt
 from qkv_cli.cli.params import Opts, noted, parse_show, prepare, request, sample, takes
 from qkv_cli.errors import QkvError
 
@@ -181,18 +181,22 @@ def explain(text: TextArg = None, *, opts: Opts,
             head: Annotated[int, typer.Option("--head", min=0, help="The head to walk through, 0..tau-1.")] = 0,
             query: Annotated[int | None, typer.Option("--query", min=0,
                              help="Zoom into query I: each q_i . k_t, softmax, sum of v_t.")] = None,
-            precision: PrecisionOpt = 2, format: TableJsonOpt = TableJson.table):  # fmt: skip
+            precision: PrecisionOpt = 2, format: TableJsonOpt = TableJson.table,
+            max_output: MaxOutputOpt = None):  # fmt: skip
     """Walk one head step by step: H, W_j^q/k/v, Q, K, V, scores, Mask, weights, head output, concat, W^o.
 
     With --model, one head (--head, default 0) of one layer (--layer, default the last) of the checkpoint,
     biases included."""
-    from qkv_cli.api.commands import execute
+    from qkv_cli.api.arguments import parse_max_output
+    from qkv_cli.api.commands import check_explain, execute
     from qkv_cli.views.console.explain import emit
 
     if opts.layer and len(set(opts.layer)) > 1:
         raise QkvError("explain walks one layer: give one --layer (qkv run --model takes several)")
+    limit = parse_max_output(max_output)
     req = request(opts, text, sample("short"))
     model, _ = prepare(req, [head])
+    check_explain(format.value, limit, req, model)  # before the run: the text's tokens counted
     emit(noted(execute(req, model).result).first_layer(), head, query, precision, format.value)
 
 
@@ -201,25 +205,28 @@ def explain(text: TextArg = None, *, opts: Opts,
 def mask(text: TextArg = None, *, opts: Opts, causal: CausalOpt = False, window: WindowOpt = None,
          chunk: ChunkOpt = None, context: ContextOpt = None, context_file: ContextFileOpt = None,
          mask_file: MaskFileOpt = None, pad_to: PadToOpt = None, tokenizer: TokenizerOpt = "word",
-         format: TableJsonOpt = TableJson.table):  # fmt: skip
+         format: TableJsonOpt = TableJson.table, max_output: MaxOutputOpt = None):  # fmt: skip
     """Print the combined Mask, each removed cell labelled by the rule that removed it. With no TEXT, a sample.
 
     With --model, the checkpoint's own mask over its own tokens (BERT: nothing removed; GPT-2: causal; a sliding
     window on the layers that have one)."""
+    from qkv_cli.api.arguments import output_of, parse_max_output
     from qkv_cli.api.plans import mask_grids
     from qkv_cli.views.console.mask import emit
 
+    output = output_of(format.value, (), parse_max_output(max_output)) if format != TableJson.table else None
     if opts.model is not None:
         from qkv_cli.api.arguments import read_text
         from qkv_cli.cli.params import chat_options
 
         text = read_text(text, opts.file, sample("short"))
         grids = mask_grids(text, opts.model, layers=opts.layer, chat=chat_options(opts), target=opts.target,
-                           attention=opts.attention and opts.attention.value, download=opts.download)  # fmt: skip
+                           attention=opts.attention and opts.attention.value, download=opts.download,
+                           output=output)  # fmt: skip
         return emit(noted(grids), format.value)
     emit(mask_grids(text, file=opts.file, causal=causal, window=window, chunk=chunk, context=context,
-                    context_file=context_file, mask_file=mask_file, pad_to=pad_to, tokenizer=tokenizer),
-         format.value)  # fmt: skip
+                    context_file=context_file, mask_file=mask_file, pad_to=pad_to, tokenizer=tokenizer,
+                    output=output), format.value)  # fmt: skip
 
 
 @app.command(epilog="Example: qkv heads --file sample:coreference --d 64 --tau 4")

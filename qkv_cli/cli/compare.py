@@ -13,7 +13,6 @@ from qkv_cli.cli.options import (
     RANDOM,
     CausalOpt,
     DownloadOpt,
-    MaxOutputOpt,
     PrecisionOpt,
     SaveNpzOpt,
     TableJson,
@@ -21,6 +20,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     layer_option,
 )  # fmt: skip
+from qkv_cli.cli.outputs import MaxOutputOpt, MaxPageOpt
 from qkv_cli.cli.params import Opts, check_outputs, takes
 
 TextsArg = Annotated[
@@ -62,18 +62,19 @@ MASKS = [("causal", CausalOpt, False), ("window", WindowOpt, None)]
 def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, layer: CompareLayerOpt = None,
             head: CompareHeadOpt = None, download: DownloadOpt = False, precision: PrecisionOpt = 2,
             format: TableJsonOpt = TableJson.table, top: CompareTopOpt = 10, save_npz: SaveNpzOpt = None,
-            out: CompareOutOpt = None, page: ComparePageOpt = None, max_output: MaxOutputOpt = None):  # fmt: skip
+            out: CompareOutOpt = None, page: ComparePageOpt = None, max_output: MaxOutputOpt = None,
+            max_page_size: MaxPageOpt = "100MB"):  # fmt: skip
     """Compare attention weights: two texts on one model (qkv compare A B --model M), or one text on two models
     that share a tokenizer (qkv compare TEXT --model M1 --model M2). Prints A's and B's weights side by side, their
     difference B - A at the aligned token positions, and the heads that moved most.
 
     Equal token counts are aligned position by position; different counts by their common start and end, the
     differing middle left out (the header says which positions)."""
-    from qkv_cli.api.arguments import parse_max_output
+    from qkv_cli.api.arguments import parse_max_output, size_of
     from qkv_cli.api.comparison import comparison
     from qkv_cli.views.console.compare import emit
 
-    limit = parse_max_output(max_output)
+    limit, page_limit = parse_max_output(max_output), size_of(max_page_size, "--max-page-size")
     check_outputs(save_npz, out, page)
     values = dict(opts) | {"layer": layer[0] if layer else None}
     cmp = comparison(tuple(texts or ()), tuple(model or ()), values, opts.explicit, download=download, head=head,
@@ -89,4 +90,4 @@ def compare(texts: TextsArg = None, *, opts: Opts, model: ModelsOpt = None, laye
     if page is not None:
         from qkv_cli.views.comparison import save as save_page
 
-        typer.echo(save_page(cmp, page, head, top), err=True)
+        typer.echo(save_page(cmp, page, head, top, page_limit), err=True)

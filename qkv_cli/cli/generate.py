@@ -24,6 +24,7 @@ from qkv_cli.cli.options import (
     TextArg,
     layer_option,
 )
+from qkv_cli.cli.outputs import MaxOutputOpt
 from qkv_cli.cli.params import Opts, parse_heads, request, takes
 from qkv_cli.errors import QkvError
 
@@ -49,15 +50,17 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
              save_npz: SaveNpzOpt = None, download: DownloadOpt = False,
              exclude_first: Annotated[bool, typer.Option("--exclude-first", help="Rank what each token read among "
                  "the tokens after the first (the sink most layers put spare weight on); the weights stay as they "
-                 "are.")] = False, quiet: QuietOpt = False):  # fmt: skip
+                 "are.")] = False, quiet: QuietOpt = False, max_output: MaxOutputOpt = None):  # fmt: skip
     """Let a decoder write after TEXT (greedy, or sampled with --temperature), with a NumPy KV cache; show each
     token's probability, the alternatives, and the earlier tokens it attended to."""
+    from qkv_cli.api.arguments import output_of, parse_max_output
     from qkv_cli.api.commands import execute, load_for
     from qkv_cli.views.export.writing import check_output_path
     from qkv_cli.views.generate import emit
 
     if model is None:
         raise QkvError("qkv generate needs --model: a decoder checkpoint (see qkv models)")
+    limit = parse_max_output(max_output)
     if save_npz is not None:
         check_output_path(save_npz)
     req = request(Opts(dict(opts) | {"model": model, "download": download, "kernel": kernel, "seed": seed,
@@ -74,6 +77,8 @@ def generate(text: TextArg = None, *, opts: Opts, model: ModelArg = None, max_ne
             raise QkvError("qkv generate with an encoder-decoder shows one layer's cross-attention: give one --layer")
     from qkv_cli.cli.params import noted
 
+    if format != Format.table:  # its size, every step it may write, known before the model writes
+        req = req.changed(output=output_of(format.value, (), limit, tuple(heads), False, len(layer or [-1])))
     stream = None
     if format == Format.table and sys.stdout.isatty() and not loaded.is_encoder_decoder:
         from qkv_cli.views.generate import Stream

@@ -105,8 +105,6 @@ TokenizerOpt = Annotated[
 ]  # fmt: skip
 MaxMemoryOpt = Annotated[str | None, typer.Option("--max-memory", metavar="SIZE", help="Refuse runs estimated "
                          "above this, e.g. 2GB (default: half the RAM).")]  # fmt: skip
-MaxOutputOpt = Annotated[str | None, typer.Option("--max-output", metavar="SIZE", help="Refuse a --format json "
-                         "or csv output estimated above this, before the run, e.g. 1GB (default: 256MB).")]  # fmt: skip
 HeadOpt = Annotated[list[str] | None, typer.Option("--head", metavar=INT, callback=integers, help="Head to show, "
                     "0..tau-1: --head 0,2 or --head 0 --head 2 (default all).")]  # fmt: skip
 ShowOpt = Annotated[str, typer.Option(metavar="NAMES", help="Comma list of matrices to show: "

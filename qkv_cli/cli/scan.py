@@ -30,6 +30,7 @@ from qkv_cli.cli.options import (
     WindowOpt,
     choices,
 )
+from qkv_cli.cli.outputs import MaxPageOpt
 from qkv_cli.cli.params import Opts, takes
 from qkv_cli.errors import QkvError
 
@@ -81,12 +82,14 @@ def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model:
          score: ScoreOpt = "previous", page: PageOpt = None, format: TableJsonOpt = TableJson.table,
          top: ScanTopOpt = 3, kernel: KernelOpt = "vectorized", dtype: DtypeOpt = Dtype.float64,
          max_memory: MaxMemoryOpt = None, d: DOpt = None, tau: TauOpt = None, seed: SeedOpt = 0,
-         causal: CausalOpt = False, window: WindowOpt = None, tokenizer: TokenizerOpt = None):  # fmt: skip
+         causal: CausalOpt = False, window: WindowOpt = None, tokenizer: TokenizerOpt = None,
+         max_page_size: MaxPageOpt = "100MB"):  # fmt: skip
     """Every head's scores on every text of a corpus: the statistics and detector scores of qkv heads (one value
     per text, layer and head) and the attention mass on named tokens (--to), into Parquet shards in --out DIR (one
     row per text, layer and head) and a summary.json (per head: mean, std, 95% interval, top 5 texts).
 
     Safe to interrupt: shards are written whole, and --resume continues where the scan stopped."""
+    from qkv_cli.api.arguments import size_of
     from qkv_cli.api.scans import count_texts as count
     from qkv_cli.api.scans import scan as run
     from qkv_cli.files import declare_inputs
@@ -99,6 +102,7 @@ def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model:
     if page is not None and corpus == "-":
         raise QkvError("--page runs the model again on each head's top texts: give the corpus as a file, not '-'")
     _check_outputs(heatmap, page, score, detectors, to)
+    page_limit = size_of(max_page_size, "--max-page-size")
     options = dict(field=field, limit=limit, max_tokens=max_tokens, strict=strict, detectors=detectors, to=to,
                    measure=detector_measure.value, exclude_first=exclude_first, exclude_current=exclude_current,
                    kernel=kernel, dtype=dtype.value, shard_size=shard_size, batch_tokens=batch_tokens,
@@ -123,7 +127,11 @@ def scan(corpus: CorpusArg = None, *, opts: Opts, out: ScanOutOpt = None, model:
         result._score(score)
         typer.echo(f"saved {save_heatmap(result.summary, score, heatmap)}", err=True)
     if page is not None:
-        typer.echo(f"wrote {result.page(score).save(page)}", err=True)
+        from qkv_cli.views.page.html import write_page
+
+        shown = result.page(score)
+        write_page(shown.html, shown.holds, page, page_limit)
+        typer.echo(f"wrote {page}", err=True)
 
 
 def _check_outputs(heatmap, page, score, detectors, to) -> None:

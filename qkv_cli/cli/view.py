@@ -8,12 +8,10 @@ import typer
 from qkv_cli.cli.app import app
 from qkv_cli.cli.commands import DRAWN
 from qkv_cli.cli.options import BatchOpt, HeadFusionOpt, MethodOpt, TextArg
+from qkv_cli.cli.outputs import MaxPageOpt
 from qkv_cli.cli.params import Opts, noted, prepare, request, sample, takes
 
 PageOpt = Annotated[str, typer.Option("--out", "-o", help="The page to write: .html or .htm.")]
-MaxPageOpt = Annotated[
-    str, typer.Option("--max-page-size", metavar="SIZE", help="Refuse to write a page larger than this, e.g. 200MB.")
-]
 OpenOpt = Annotated[bool, typer.Option("--open", help="Also open the page in the web browser.")]
 
 

@@ -25,6 +25,7 @@ class Output:
     limit: int = DEFAULT_MAX_OUTPUT
     heads: tuple[int, ...] | None = None  # the heads shown (--head; None: every head)
     checkpoint: bool = True  # a checkpoint's JSON also holds `attentions`, every kept layer's weights
+    shown_layers: int = 1  # the layers a generation's rows rank what each token read in (qkv generate --layer)
 
     def __post_init__(self):
         if self.fmt not in FORMATS:
@@ -46,6 +47,7 @@ class Layout:
     kept_layers: int = 0
     kept_heads: int = 0
     label: float = 6.0  # mean characters of a token's label (CSV writes two per grid cell)
+    extra: int = 0  # numbers the JSON holds beside these (an encoder-decoder's three attentions)
 
 
 def numbers(name: str, s: Layout) -> int:
@@ -64,7 +66,7 @@ def output_bytes(out: Output, s: Layout) -> int:
     if out.fmt == "json":
         count = s.layers * sum(numbers(name, s) for name in out.show)
         if out.checkpoint:
-            count += s.kept_layers * s.kept_heads * s.R * s.n + s.n * s.d
+            count += s.kept_layers * s.kept_heads * s.R * s.n + s.n * s.d + s.extra
         return count * JSON_NUMBER
     digits = 2 * len(str(max(s.R, s.n)))
     per = {name: CSV_FIXED + digits + s.label + (s.label if name in ("weights", "scores", "mask") else 0)
@@ -94,23 +96,35 @@ def check_output(out: Output | None, s: Layout, given=(), itemsize: int = NPZ_NU
         return size
     shrink = without(hints, given)
     every = ("h", "q", "k", "v", "scores", "mask", "weights", "heads", "output")  # the NPZ: one layer's detail
-    npz = human(itemsize * (sum(numbers(name, s) for name in every) + s.kept_layers * s.kept_heads * s.R * s.n))
-    shrink = shrink.replace("--save-npz FILE", f"--save-npz FILE (binary: {npz}) instead of --format {out.fmt}")
-    raise TooLargeError(
-        f"the {out.fmt.upper()} output would be about {human(size)} ({what(s, out)}), more than --max-output "
-        f"{human(out.limit)}: shrink it with {shrink}, or raise --max-output"
+    npz = human(
+        itemsize * (sum(numbers(name, s) for name in every) + s.kept_layers * s.kept_heads * s.R * s.n + s.extra)
     )
+    shrink = shrink.replace("--save-npz FILE", f"--save-npz FILE (binary: {npz}) instead of --format {out.fmt}")
+    raise too_large(f"{out.fmt.upper()} output", size, what(s, out), out.limit, "--max-output", shrink)
 
 
 def check_count(fmt: str, count: int, limit: int, shape: str, hints: str, label: float = 6.0) -> int:
     """The same rule for an output counted as `count` numbers (a grid's cells: CSV writes two labels a row):
     TooLargeError above `limit` bytes, naming the size, the `shape` behind it and the `hints`. Returns the size."""
     per = JSON_NUMBER if fmt == "json" else CSV_FIXED + 2 * label
-    size = int(count * per)
+    return check_size(fmt, int(count * per), limit, shape, hints)
+
+
+def check_size(fmt: str, size: int, limit: int, shape: str, hints: str) -> int:
+    """An output of `size` bytes in `fmt` against --max-output: TooLargeError above `limit`. Returns the size."""
     if size > limit:
-        raise TooLargeError(f"the {fmt.upper()} output would be about {human(size)} ({shape}), more than --max-output "
-                            f"{human(limit)}: shrink it with {hints}, or raise --max-output")  # fmt: skip
+        raise too_large(f"{fmt.upper()} output", size, shape, limit, "--max-output", hints)
     return size
+
+
+def too_large(what: str, size: int, shape: str, limit: int, option: str, hints: str) -> TooLargeError:
+    """The one refusal of an output above its limit, for the numbers printed or written (--max-output) and the page
+    (--max-page-size) alike: its size, what makes it, the limit, the ways to shrink it and the limit that would let
+    it through. option: the CLI's flag, or the Python API's keyword (then the example is a keyword argument)."""
+    more = human(2 * size).replace(" ", "")
+    raised = f"{option} {more}" if option.startswith("--") else f"{option}={more!r}"
+    return TooLargeError(f"the {what} would be about {human(size)} ({shape}), more than {option} {human(limit)}: "
+                         f"shrink it with {hints}, or raise the limit, e.g. {raised}")  # fmt: skip
 
 
 def parse_max_output(text: str | int | None) -> int:

@@ -26,9 +26,11 @@ def estimate(m: int, settings: Settings) -> int:
     return budget.attention_bytes(m, m, settings.d, settings.tau, itemsize, band=settings.window)
 
 
-def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
-    """A BAND Result for long texts; shorter ones go through the seeded pipeline (a SEEDED Result)."""
+def run(text: str, settings: Settings, max_memory: int | None = None, output=None) -> Result:
+    """A BAND Result for long texts; shorter ones go through the seeded pipeline (a SEEDED Result). output:
+    core.output_size.Output, the JSON or CSV to print: refused above its limit before anything runs."""
     from qkv_cli.pipeline import seeded
+    from qkv_cli.pipeline.output_plan import check_band
     from qkv_cli.text.tokens import tokenize
 
     limit = budget.default_max_memory() if max_memory is None else max_memory
@@ -37,8 +39,9 @@ def run(text: str, settings: Settings, max_memory: int | None = None) -> Result:
     tokens = tokenize(text, settings.tokenizer)
     m = len(tokens)
     if m < BAND_MIN_TOKENS:
-        return seeded.run(text, settings, tokens=tokens, max_memory=max_memory)
+        return seeded.run(text, settings, tokens=tokens, max_memory=max_memory, output=output)
     budget.check_budget(estimate(m, settings), limit, HINTS, dtype=settings.dtype)
+    check_band(output, settings, tokens, min(settings.window, m))
     dtype = np.dtype(settings.dtype)
     H = embed(list(tokens.strings), settings.d, settings.seed, settings.positions, dtype)
     Wq, Wk, Wv, Wo = init_projections(settings.d, settings.tau, settings.seed, settings.projection, dtype,

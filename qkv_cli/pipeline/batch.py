@@ -50,8 +50,10 @@ def trim(result: Result, tokens, m: int) -> Result:
     )
 
 
-def run_batch(lines: list[str], settings, max_memory: int | None = None) -> Result:
-    """Tokenize every line, pad to the longest, run each padded sentence with its pad keys masked: a BATCH Result."""
+def run_batch(lines: list[str], settings, max_memory: int | None = None, output=None) -> Result:
+    """Tokenize every line, pad to the longest, run each padded sentence with its pad keys masked: a BATCH Result.
+    output: core.output_size.Output, the JSON or CSV to print: refused above its limit before anything runs."""
+    from qkv_cli.pipeline.output_plan import check_batch
     from qkv_cli.pipeline.seeded import HINTS, estimate, run
     from qkv_cli.text.tokens import tokenize
 
@@ -61,6 +63,7 @@ def run_batch(lines: list[str], settings, max_memory: int | None = None) -> Resu
     limit = budget.default_max_memory() if max_memory is None else max_memory
     budget.check_budget(len(lines) * estimate(L, settings), limit, f"fewer lines, or {HINTS}",
                         dtype=settings.dtype)  # fmt: skip  # all are kept
+    check_batch(output, settings, toks)
     items, padded = [], []
     for line, t, m in zip(lines, toks, lengths, strict=True):
         padding = np.arange(L) >= m  # (L,) True = pad key

@@ -88,7 +88,7 @@ def compute(req: Request, model=None, on_token=None, on_layer=None) -> Result:
             encdec.check_model(model, encdec_of.target, encdec_of.attention)
             encdec.check_options(model, req)
             return encdec.run(model, read_text(req), encdec_of.target, encdec_of.attention or "cross", keep.layers,
-                              keep.all_layers, s, limits.max_memory)  # fmt: skip
+                              keep.all_layers, s, limits.max_memory, limits.output)  # fmt: skip
         if writes:
             return generation(req, model, on_token)
         run = checkpoint.run(model, read_text(req), keep.layers, keep.all_layers, s.kernel, limits.max_memory,
@@ -106,10 +106,10 @@ def compute(req: Request, model=None, on_token=None, on_layer=None) -> Result:
             raise QkvError(
                 f"--batch cannot be combined with {used}: every sentence has its own length; run them one at a time"
             )
-        return batch.run_batch(lines(req), s, req.limits.max_memory)
+        return batch.run_batch(lines(req), s, req.limits.max_memory, req.limits.output)
     text = read_text(req)
     if req.keep.band and s.window is not None and s.chunk is None and not more and s.ablate is None:
-        return band.run(text, s, max_memory=req.limits.max_memory)
+        return band.run(text, s, max_memory=req.limits.max_memory, output=req.limits.output)
     return seeded.run(text, s, max_memory=req.limits.max_memory, output=req.limits.output, **more)
 
 
@@ -136,15 +136,18 @@ def generation(req: Request, model, on_token=None) -> Result:
     req.inputs.chat); a decoder calls on_token(ids written so far) after each one (pipeline.generate)."""
     from qkv_cli.pipeline import chat
     from qkv_cli.pipeline.generate import generate
+    from qkv_cli.pipeline.output_plan import check_generation
 
-    text = read_text(req)
+    text, g = read_text(req), req.generation
     if is_encdec(model):
         from qkv_cli.pipeline.encdec import run as encdec
 
         encdec.check_options(model, req)
-        return encdec.generate(model, text, req.generation.tokens, req.limits.max_memory)
+        if req.limits.output is not None:  # its JSON holds each step's cross-attention over the source
+            check_generation(req.limits.output, model, g.tokens, len(model.tokenize(text)))
+        return encdec.generate(model, text, g.tokens, req.limits.max_memory)
     said = chat.prompt(model, text, req.inputs.chat)
-    g = req.generation
+    check_generation(req.limits.output, model, g.tokens)
     out = generate(model, said.tokens, g.tokens, g.temperature, g.top_k, g.seed, req.settings.kernel,
                    req.limits.max_memory, eos=model.config.eos, progress=g.progress, on_token=on_token)  # fmt: skip
     out.chat = said if req.inputs.chat is not None else None

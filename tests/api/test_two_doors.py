@@ -87,7 +87,10 @@ def test_qkv_heatmap_saves_the_figure_qkv_heatmap_returns(monkeypatch, tmp_path)
 
 def test_a_page_refused_above_its_limit_names_the_keyword(tmp_path):
     page = qkv.page(qkv.run(TEXT, d=8, heads=2))
-    refused = r"more than max_page_size 1.0 KB: keep fewer tokens, or raise the limit, e.g. max_page_size='1\d\d.\dKB'"
+    refused = (
+        r"more than max_page_size 1.0 KB: shrink it with a shorter text, or raise the limit, e.g. "
+        r"max_page_size='1\d\d.\dKB'"
+    )
     with pytest.raises(qkv.QkvError, match=refused):
         page.save(tmp_path / "p.html", max_page_size="1KB")
     assert not (tmp_path / "p.html").exists()

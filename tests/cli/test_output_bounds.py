@@ -191,3 +191,22 @@ def test_a_comparison_above_max_output_is_refused_before_any_weight_is_read(dama
                                  "2 layers x 4 heads x 6 and 6 tokens", "shorter texts", "--save-npz")  # fmt: skip
     assert "non-finite" not in line
     assert_one_line_error(invoke(args), "non-finite")  # the default limit lets it run: it reads the layer
+
+
+def test_a_page_over_a_file_size_limit_is_one_line_and_no_file(tmp_path):
+    proc = _qkv(["view", TEXT, "--d", "8", "--heads", "2", "--out", tmp_path / "a.html"], fsize=4096)
+    _one_line(proc, "cannot write", "a.html", "File too large")
+    assert list(tmp_path.iterdir()) == []  # neither the page nor its temporary file
+
+
+WHOLE = [["run", TEXT, "--d", "8", "--heads", "2"], ["run", "the cat\nsat on the mat", "--batch", "--d", "8"],
+         ["mask", TEXT, "--causal"]]  # fmt: skip
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", WHOLE, ids=[a[0] + (" --batch" if "--batch" in a else "") for a in WHOLE])
+def test_a_whole_document_to_a_full_disk_is_one_line(args):
+    """The runs written after they finish (random weights, a batch, qkv mask) fail as the streamed ones do."""
+    with open("/dev/full", "w") as full:
+        proc = _qkv([*args, "--format", "json"], stdout=full)
+    _one_line(proc, "cannot write the output", "No space left on device")

@@ -69,10 +69,12 @@ def estimate(model, n: int, m: int) -> int:
 
 
 def run(model, source: str, target: str | None, attention: str = "cross", layers=None, all_layers=False,
-        settings=None, max_memory=None) -> Result:  # fmt: skip
-    """The teacher-forced pass; `attention` chooses what the Result's attentions and layers hold."""
+        settings=None, max_memory=None, output=None) -> Result:  # fmt: skip
+    """The teacher-forced pass; `attention` chooses what the Result's attentions and layers hold. output:
+    core.output_size.Output, the JSON or CSV to print: refused above its limit before the pass."""
     from qkv_cli.models.encdec_model import check_side
     from qkv_cli.pipeline.checkpoint import chosen_layers
+    from qkv_cli.pipeline.output_plan import check_encdec
 
     check_side(attention)
     src = model.tokenize(source)
@@ -81,6 +83,7 @@ def run(model, source: str, target: str | None, attention: str = "cross", layers
     budget.check_budget(model.weights_bytes + estimate(model, len(src), len(dec)), limit, HINTS, dtype=model.dtype)
     L = model.n_layers(attention)
     chosen = chosen_layers(_Sized(model, L), layers, all_layers)
+    check_encdec(output, model, src, dec, attention, chosen, bool(layers))
     seq = model.teacher_forced(src.ids, dec.ids)
     ablation = None
     if settings is not None and settings.ablate is not None:

@@ -18,7 +18,6 @@ import json
 import re
 
 from qkv_cli.core.result import Result
-from qkv_cli.errors import QkvError
 from qkv_cli.views.page import data as html_data
 
 SUFFIXES = (".html", ".htm")
@@ -207,19 +206,13 @@ def written(path, page: str, holds: str) -> str:
 
 
 def write_page(page: str, holds: str, path, max_bytes: int = MAX_PAGE, option: str = "--max-page-size") -> None:
-    """Write a rendered page atomically, unless it exceeds max_bytes (holds: what it holds; option: the limit's
-    name, both for the refusal)."""
-    from qkv_cli.core.budget import human
+    """Write a rendered page atomically, unless it exceeds max_bytes: refused in the one shape of every output
+    above its limit (core.output_size.too_large; holds: what it holds; option: the limit's flag or keyword)."""
+    from qkv_cli.core.output_size import too_large
     from qkv_cli.views.export.writing import atomic_write
 
     data = page.encode("utf-8")
     if len(data) > max_bytes:
-        more = human(2 * len(data)).replace(" ", "")
-        cli = option.startswith("--")  # the CLI's option, or the Python keyword
-        fewer, raised = ("(--file with less text)", f"{option} {more}") if cli else ("", f"{option}={more!r}")
-        raise QkvError(
-            f"the page would be {human(len(data))} ({holds}), more than {option} {human(max_bytes)}: "
-            f"keep fewer tokens{' ' + fewer if fewer else ''}, or raise the limit, e.g. {raised}"
-        )
+        raise too_large("page", len(data), holds, max_bytes, option, "a shorter text")
     with atomic_write(path) as handle:
         handle.write(data)

@@ -70,7 +70,7 @@ def test_view_says_the_size_and_what_the_page_holds_on_stderr(tmp_path):
 @pytest.mark.parametrize(
     ("limit", "message"),
     [
-        ("1KB", "more than --max-page-size 1.0 KB: keep fewer tokens"),
+        ("1KB", "more than --max-page-size 1.0 KB: shrink it with a shorter text"),
         ("lots", "--max-page-size 'lots' is not a size"),
         ("0", "--max-page-size '0' is 0 B: give at least 1 byte"),
     ],
@@ -81,7 +81,7 @@ def test_a_page_above_the_limit_is_refused_before_writing(tmp_path, limit, messa
     assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1, r.output
     assert "Traceback" not in r.output and not out.exists()
     if limit == "1KB":
-        shown = re.search(r"page would be ([0-9.]+) KB", r.output)
+        shown = re.search(r"the page would be about ([0-9.]+) KB", r.output)
         assert shown and 1 < float(shown.group(1)) and "--max-page-size " in r.output.split("raise the limit")[1]
 
 
