@@ -94,11 +94,12 @@ class EncDecRunner:
 
 def decoder_tokens(model, target: str | None):
     """decoder_start_token_id, then --target's tokens without the tokenizer's end token: the answer comes next."""
-    from qkv_cli.text.tokens import Tokens
+    from qkv_cli.text.tokens import Tokens, encode
 
     start = model.start_id
     label = model.tokenizer.id_to_token(start) or str(start)
-    t = model.tokenize(target, special=False) if target else Tokens(strings=(), labels=(), offsets=(), ids=())
+    empty = Tokens(strings=(), labels=(), offsets=(), ids=())
+    t = encode(model.tokenizer, target, add_special_tokens=False) if target else empty
     model.check_decoder([start, *t.ids])
     return (start, *t.ids), (label, *t.labels)
 

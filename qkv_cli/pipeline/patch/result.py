@@ -49,12 +49,13 @@ class Patching:
         if what in BY_POSITION:
             return [f"{i} {a}" if a == b else f"{i} {a}/{b}"
                     for i, (a, b) in enumerate(zip(self.labels_clean, self.labels_corrupted, strict=True))]  # fmt: skip
-        if what in ("k", "v"):
+        if what in ("k", "v") and self.side is None:  # an encoder-decoder's heads have their own keys and values
             return [f"KV{g}" for g in range(self.G)]
         return [f"H{j}" for j in range(self.tau)]
 
     def index_name(self, what: str) -> str:
-        return "position" if what in BY_POSITION else ("kv_head" if what in ("k", "v") else "head")
+        grouped = what in ("k", "v") and self.side is None  # an encoder-decoder's heads: their own keys, values
+        return "position" if what in BY_POSITION else ("kv_head" if grouped else "head")
 
     def top(self, n: int | None = 10) -> list[dict]:
         """The patches that recover most (denoise) or destroy most (noise: the lowest recovery), over every --what:

@@ -12,6 +12,13 @@ WHAT_SAYS = {"resid": "the residual stream leaving layer l", "attn": "layer l's 
              "k": "key/value head g's keys K", "v": "key/value head g's values V",
              "pattern": "head j's attention weights"}  # fmt: skip
 
+SIDE_SAYS = {  # an encoder-decoder's --attention: where the layers, positions and heads above are
+    "encoder": "in the encoder: its layers, the source positions, its self-attention's heads",
+    "decoder": "in the decoder: its layers, the target positions, its causal self-attention's heads",
+    "cross": "in the decoder: its layers, the target positions, its cross-attention's heads (q: the decoder's "
+    "queries; k, v: the keys and values each head reads from the source, every source position at once)",
+}
+
 
 def header(p: Patching) -> list[str]:
     """What ran: the model, the two prompts, the metric of each run and what 0 and 1 mean."""
@@ -77,5 +84,8 @@ def table(p: Patching, top: int, precision: int) -> None:
         t.add_row(r["what"], str(r["layer"]), clean(r["label"]), f"{r['recovery']:.{precision}f}",
                   f"{r['metric']:.{precision}f}")  # fmt: skip
     out.print(t)
-    shown = ", ".join(f"{w}: {WHAT_SAYS[w]}" for w in p.what)
+    says = {w: WHAT_SAYS[w].replace("key/value head g", "head j") if p.side else WHAT_SAYS[w] for w in p.what}
+    shown = ", ".join(f"{w}: {says[w]}" for w in p.what)
     out.print(Text(f"patched: {shown}"))
+    if p.side is not None:
+        out.print(Text(SIDE_SAYS[p.side]))
