@@ -30,13 +30,13 @@ def patch(folder, *args):
     return invoke(["patch", CLEAN, CORRUPTED, "--model", folder, "--target", TARGET, "--answer", "est", *args])
 
 
-def test_the_table_names_the_sources_the_target_and_the_cross_attention(t5):
-    r = patch(t5, "--wrong", "assis", "--what", "v", "--top", "3")
+def test_the_table_names_the_sources_the_target_and_the_patched_stack(t5):
+    r = patch(t5, "--wrong", "assis", "--what", "v", "--top", "3", "--attention", "encoder")
     assert r.exit_code == 0, r.output
-    assert "--attention cross (7 source tokens; they differ at 1 'cat' -> 'dog')" in r.stdout
+    assert "--attention encoder (7 source tokens; they differ at 1 'cat' -> 'dog')" in r.stdout
     assert "target:    'le chat' (decoder: <pad> le chat; the answer comes next)" in r.stdout
     assert "logit(est) - logit(assis)" in r.stdout and "at the decoder's last position" in r.stdout
-    assert "Top 3 patches" in r.stdout and "cross-attention's heads" in r.stdout
+    assert "Top 3 patches" in r.stdout and "in the encoder: its layers, the source positions" in r.stdout
 
 
 @pytest.mark.parametrize("side, shapes", [
@@ -51,6 +51,7 @@ def test_json_grids_are_the_chosen_stacks_layers_by_positions_or_heads(t5, side,
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert doc["attention"] == side and doc["target"] == TARGET and doc["sources"]["corrupted"][1] == "dog"
+    assert doc["decoder"] == ["<pad>", "le", "chat"]
     for what, shape in shapes.items():
         assert np.array(doc["recovery"][what]).shape == shape, what
     assert doc["labels"]["v"] == ["H0", "H1", "H2", "H3"]  # each head its own keys and values

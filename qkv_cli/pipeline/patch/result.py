@@ -33,6 +33,7 @@ class Patching:
     side: str | None = None  # an encoder-decoder's patched attention: encoder, decoder or cross (pipeline.patch.encdec)
     target: str | None = None  # an encoder-decoder's teacher-forced target (the decoder's tokens are the labels)
     sources: tuple | None = None  # an encoder-decoder's (clean, corrupted) source labels
+    decoder: tuple | None = None  # an encoder-decoder's decoder tokens: its start token, then the target's
 
     @property
     def m(self) -> int:
@@ -100,5 +101,5 @@ class Patching:
         """An encoder-decoder's extra fields: the patched attention, the target and both sources' labels."""
         if self.side is None:
             return {}
-        return {"attention": self.side, "target": self.target, "sources": {"clean": list(self.sources[0]),
-                "corrupted": list(self.sources[1])}}  # fmt: skip
+        return {"attention": self.side, "target": self.target, "decoder": list(self.decoder),
+                "sources": {"clean": list(self.sources[0]), "corrupted": list(self.sources[1])}}  # fmt: skip

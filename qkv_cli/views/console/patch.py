@@ -32,11 +32,11 @@ def header(p: Patching) -> list[str]:
     a, b = p.sources or (p.labels_clean, p.labels_corrupted)
     diff = ", ".join(f"{i} {clean(a[i])!r} -> {clean(b[i])!r}" for i in p.differing()[:6])
     if p.side is not None:  # an encoder-decoder: two sources, one teacher-forced target
+        decoder = " ".join(clean(s) for s in p.decoder)
         return [
             f"{clean(p.model)}: patching {into}, --attention {p.side} ({len(a)} source tokens; they differ at "
             f"{diff or 'no position'})",
-            f"target:    {clean(p.target)!r} (decoder: {' '.join(clean(s) for s in p.labels_clean)}; the answer "
-            "comes next)",
+            f"target:    {clean(p.target)!r} (decoder: {decoder}; the answer comes next)",
             f"clean:     {clean(p.clean)!r}   {names[p.metric]} = {p.metric_clean:.4f}",
             f"corrupted: {clean(p.corrupted)!r}   {names[p.metric]} = {p.metric_corrupted:.4f}",
             "recovery = (metric patched - corrupted) / (clean - corrupted), at the decoder's last position: 0 = the "
