@@ -3,8 +3,9 @@
     python bench/patch_encdec.py                   # a random T5 (4 + 4 layers, 8 heads, d 256), float64
     python bench/patch_encdec.py --rounds 5 --layers 6 --d 512
 
-What is timed, in one process, float64 on both sides, a 21-token source pair (20 words and </s>, the 6th word
-changed) and an 11-token decoder input (the start token and 10 words), metric logit-diff:
+What is timed, in one process, float64 on both sides at the same threads (--threads: torch.set_num_threads and
+NumPy's BLAS by threadpoolctl), a 23-token source pair (22 words and </s>, the 6th word changed) and a 10-token
+decoder input (the start token and 9 words), metric logit-diff:
 
 - qkv cross v: ``pipeline.patch.encdec.patch(..., what=("v",), side="cross")``, what ``qkv patch --attention cross
   --what v`` runs: the two runs once, then each of the L x tau patches from decoder layer l's cached stream, with
@@ -14,8 +15,9 @@ changed) and an 11-token decoder input (the start token and 10 words), metric lo
 - transformers: the same patches as forward hooks on transformers' T5 (eager attention), one whole forward of
   both stacks per patch, plus the two runs (the reference tests' method).
 
-The recoveries of both sides are compared (within 1e-8). Rounds alternate the contenders; medians over rounds;
-"other load" is the share of the CPUs other processes used while it ran.
+The recoveries of both sides are compared within 1e-4: transformers' T5 takes RMSNorm's variance in float32 even
+in a float64 model (tests/pipeline/patch/test_encdec_reference.py removes that and holds 1e-8). Rounds alternate
+the contenders; medians over rounds; "other load" is the share of the CPUs other processes used while it ran.
 """
 
 from __future__ import annotations
@@ -108,8 +110,13 @@ def main() -> None:
     ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="torch's threads and NumPy's BLAS threads (threadpoolctl)")
     args = ap.parse_args()
     import torch
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(args.threads, user_api="blas")  # the same threads on both sides
+    torch.set_num_threads(args.threads)
 
     from qkv_cli.models import load_model
     from qkv_cli.pipeline.patch.encdec import patch
@@ -144,7 +151,7 @@ def main() -> None:
                 times[name].append(time.perf_counter() - t)
         load = meter.stop()
     for what in ("cross v", "encoder resid"):
-        np.testing.assert_allclose(got[f"qkv {what}"], got[f"transformers {what}"], atol=1e-8, rtol=0)
+        np.testing.assert_allclose(got[f"qkv {what}"], got[f"transformers {what}"], atol=1e-4, rtol=0)
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"random T5: {L} + {L} layers, tau = {tau}, d = {args.d}, float64; source n = {n}, decoder m = {len(dec)}; "
           f"medians of {args.rounds} rounds")  # fmt: skip
