@@ -85,7 +85,7 @@ def test_readme_and_docs_have_examples():
     assert {page for page, _, _ in CASES} >= {"README.md", "docs/learning.md", "docs/learn.md"}
 
 
-TINY = ("t5", "bart", "marian")  # docs/encoder-decoder.md: `--model tiny-t5` is tests/support/encdecs.py's seeded model
+TINY = ("t5", "bart", "marian", "translator")  # `--model tiny-t5` ...: tests/support/encdecs.py's seeded models
 
 
 def tiny_encdecs(command: str, folder: Path) -> None:

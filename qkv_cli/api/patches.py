@@ -42,8 +42,27 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
     elif not (hasattr(model, "config") and hasattr(model, "forward")):
         raise QkvError(f"model must be a name, a path or qkv.load(...)'s result, got {type(model).__name__}")
     kernel, keep = values.get("kernel") or "vectorized", bool(values.get("attention"))
+    if model.is_encoder_decoder or values.get("target") is not None or values.get("side") is not None:
+        return encdec_patching(model, clean, corrupted, values, what, metric, direction, limit, keep)
     return engine.patch(model, clean, corrupted, values.get("answer"), values.get("wrong"), what, metric, direction,
                         kernel, limit, attention=keep)  # fmt: skip
+
+
+def encdec_patching(model, clean, corrupted, values: dict, what, metric, direction, limit, keep):
+    """An encoder-decoder's patching (pipeline.patch.encdec): CLEAN and CORRUPTED are sources, --target the
+    decoder's text, --attention the stack and attention patched; a decoder or an encoder refuses both options."""
+    from qkv_cli.pipeline.patch import encdec
+
+    side = getattr(values.get("side"), "value", values.get("side"))
+    if not model.is_encoder_decoder:
+        flag = "--target" if values.get("target") is not None else f"--attention {side}"
+        raise QkvError(f"{flag} needs an encoder-decoder model (t5, bart, marian): {model.name} is a "
+                       f"{model.config.family} model; patch its prompts without it")  # fmt: skip
+    target = values.get("target")
+    if target is not None and not isinstance(target, str):
+        raise QkvError(f"target must be str, got {type(target).__name__}")
+    return encdec.patch(model, clean, corrupted, target, values.get("answer"), values.get("wrong"), what, metric,
+                        direction, side, limit, attention=keep)  # fmt: skip
 
 
 class PatchResult:
@@ -108,13 +127,16 @@ class PatchResult:
 def patch(clean: str, corrupted: str, model=None, *, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", dtype: str | None = None,
           kernel: str = "vectorized", max_memory: int | str | None = None,
-          attention: bool = True) -> PatchResult:  # fmt: skip
+          attention: bool = True, target: str | None = None, side: str | None = None) -> PatchResult:  # fmt: skip
     """Activation patching, as ``qkv patch`` does: run ``clean`` and ``corrupted`` on ``model`` (a name, a path or
     ``qkv.load(...)``), copy each activation named by ``what`` (resid, attn, mlp, heads, q, k, v, pattern) from one
     run into the other, and measure how much of the ``answer`` comes back -> a ``PatchResult``. ``metric``:
     logit-diff (the default with ``wrong``), prob or kl; ``direction``: denoise (clean into corrupted) or noise.
     ``attention``: also keep both runs' attention weights, which ``page()`` shows. Raises ``QkvError`` on bad
-    input."""
+    input. An encoder-decoder (T5, BART, Marian): ``clean`` and ``corrupted`` are two sources, ``target`` the
+    decoder's text (the same in both runs, ``answer`` its next token), ``side`` what is patched (``--attention``):
+    ``"encoder"``, ``"decoder"`` or ``"cross"`` (the default)."""
     values = dict(answer=answer, wrong=wrong, what=what, metric=metric, direction=direction, dtype=dtype,
                   kernel=kernel, max_memory=max_memory, attention=attention)  # fmt: skip
+    values |= {"target": target, "side": side}
     return PatchResult(patching(clean, corrupted, model, values))

@@ -6,6 +6,7 @@ import typer
 
 from qkv_cli.api.choices import DIRECTIONS, METRICS, WHAT
 from qkv_cli.cli.app import app
+from qkv_cli.cli.encdec import PatchSideOpt, PatchTargetOpt
 from qkv_cli.cli.options import (
     BUDGET,
     INT,
@@ -62,7 +63,8 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
           direction: DirectionOpt = Direction.denoise, dtype: DtypeOpt = Dtype.float64,
           kernel: KernelOpt = "vectorized", download: DownloadOpt = False, precision: PrecisionOpt = 3,
           format: TableJsonOpt = TableJson.table, top: PatchTopOpt = 10, save_npz: SaveNpzOpt = None,
-          out: PatchOutOpt = None, page: PatchPageOpt = None):  # fmt: skip
+          out: PatchOutOpt = None, page: PatchPageOpt = None, target: PatchTargetOpt = None,
+          side: PatchSideOpt = None):  # fmt: skip
     """Activation patching: run CLEAN and CORRUPTED, copy one activation of one run into the other (each layer's
     residual stream, attention or MLP output at one position; one head's output, queries, keys, values or
     weights), and measure how much of --answer comes back at the last position. Recovery 0 is the corrupted
@@ -74,6 +76,7 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
     values = dict(opts) | {"attention": page is not None}
     values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
                "dtype": dtype, "kernel": kernel}  # fmt: skip
+    values |= {"target": target, "side": side}  # an encoder-decoder's (pipeline.patch.encdec)
     result = patching(clean, corrupted, model, values, download=download)
     emit(result, format.value, top, precision, save_npz)
     if out is not None:

@@ -106,27 +106,48 @@ class EncDecModel(Model):
 
     def encode(self, ids, change=None):  # [n] -> Y [n, d], per layer Attended
         """The encoder: bidirectional self-attention (a single text: nothing masked)."""
-        p, o = self.params, self.params.options
-        side = p.encoder
-        x = embed(p, side, ids)
-        n = len(ids)
-        bias = None if side.buckets is None else position_bias(side.buckets, n, n, True, o)
+        x = embed(self.params, self.params.encoder, ids)
         parts = []
-        for l, layer in enumerate(side.layers):
-            if side.layer_buckets is not None:  # UMT5: this layer's own table
-                bias = position_bias(side.layer_buckets[l], n, n, True, o)
-            x, att = sublayer(
-                x,
-                layer.self_norm,
-                o.pre_norm,
-                lambda h, w=layer.self_attn, l=l, bias=bias: self._attend(h, h, w, bias, None, "encoder", l, change),
-            )
-            x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h, f=layer.ffn: (f(h), None))
-            check_finite(x, l, self.name)
+        for l, bias in enumerate(self.biases("encoder", len(ids), len(ids))):
+            x, att = self.encoder_block(l, x, bias, change)
             parts.append(att)
-        if side.final_norm is not None:
-            x = side.final_norm(x)
-        return x, parts
+        return self.final("encoder", x), parts
+
+    def biases(self, side: str, m: int, n: int, start: int = 0) -> list:  # per layer: [tau, m, n], or None
+        """T5's relative position bias of each layer of one stack (one table shared, UMT5: one per layer); BART and
+        Marian have none. Queries at positions start.., keys at 0..n-1."""
+        o, stack = self.params.options, self.params.encoder if side == "encoder" else self.params.decoder
+        if stack.buckets is None:
+            return [None] * len(stack.layers)
+        tables = stack.layer_buckets or [stack.buckets]
+        out = [position_bias(t, m, n, side == "encoder", o, start) for t in tables]
+        return out if stack.layer_buckets else out * len(stack.layers)
+
+    def final(self, side: str, x):  # [m, d] leaving the last layer -> [m, d]: the stack's final norm (T5)
+        norm = (self.params.encoder if side == "encoder" else self.params.decoder).final_norm
+        return x if norm is None else norm(x)
+
+    def encoder_block(self, l: int, x, bias, change=None, edit=None):  # [n, d] -> [n, d], Attended
+        """Encoder layer l: self-attention, then the feed-forward; edit: patching's points (attn, qkv, heads, mlp)."""
+        o, layer = self.params.options, self.params.encoder.layers[l]
+        x, att = sublayer(x, layer.self_norm, o.pre_norm, lambda h: self._attend(
+            h, h, layer.self_attn, bias, None, "encoder", l, change, edit=edit), edit, "attn")  # fmt: skip
+        x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h: (layer.ffn(h), None), edit, "mlp")
+        check_finite(x, l, self.name)
+        return x, att
+
+    def decoder_block(self, l: int, x, Y, mask, bias, kv=None, cache=None, change=None, edit=None):
+        """Decoder layer l: causal self-attention, cross-attention over Y, the feed-forward; [m, d], [n, d] -> [m, d]
+        and both Attended. edit: patching's points, the cross-attention's named cross_attn, cross_qkv, cross_heads."""
+        o, layer = self.params.options, self.params.decoder.layers[l]
+        cross_edit = None if edit is None else (lambda point, value: edit("cross_" + point, value))
+        x, a = sublayer(x, layer.self_norm, o.pre_norm, lambda h: self._attend(
+            h, h, layer.self_attn, bias, mask, "decoder", l, change, cache=cache, edit=edit), edit, "attn")  # fmt: skip
+        x, c = sublayer(x, layer.cross_norm, o.pre_norm, lambda h: self._attend(
+            h, Y, layer.cross, None, None, "cross", l, change, kv=kv, edit=cross_edit), cross_edit, "attn")  # fmt: skip
+        x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h: (layer.ffn(h), None), edit, "mlp")
+        check_finite(x, l, self.name)
+        return x, a, c
 
     def cross_kv(self, Y) -> list:  # [n, d] -> per decoder layer (K, V) (tau, n, dk): computed once per source
         from qkv_cli.models.layers.encdec import split_heads
@@ -137,36 +158,27 @@ class EncDecModel(Model):
             out.append((split_heads(w.k(Y), w.tau, w.d_k), split_heads(w.v(Y), w.tau, w.d_k)))
         return out
 
+    def decoder_mask(self, m: int, start: int = 0, dtype=None):  # -> [m, start + m]: causal, queries at start..
+        return masks.additive(MaskSpec(causal=True), m, start + m, dtype or self.dtype, offset=start)
+
     def decode(self, ids, Y, kv=None, caches=None, start: int = 0, change=None):  # [m], [n, d] -> [m, d], parts
         """The decoder on ids at positions start..: causal self-attention (over the cache, if any), then
         cross-attention over Y, then the feed-forward; returns the final-normed stream and both attentions."""
-        p, o = self.params, self.params.options
-        side = p.decoder
-        x = embed(p, side, ids, start)
+        x = embed(self.params, self.params.decoder, ids, start)
         m, total = len(ids), start + len(ids)
-        mask = masks.additive(MaskSpec(causal=True), m, total, x.dtype, offset=start)
-        bias = None if side.buckets is None else position_bias(side.buckets, m, total, False, o, start)
+        mask = self.decoder_mask(m, start, x.dtype)
         selfs, crosses = [], []
-        for l, layer in enumerate(side.layers):
+        for l, bias in enumerate(self.biases("decoder", m, total, start)):
             cache = None if caches is None else caches[l]
-            if side.layer_buckets is not None:  # UMT5: this layer's own table
-                bias = position_bias(side.layer_buckets[l], m, total, False, o, start)
-            x, a = sublayer(x, layer.self_norm, o.pre_norm, lambda h, w=layer.self_attn, l=l, cache=cache, bias=bias:
-                            self._attend(h, h, w, bias, mask, "decoder", l, change, cache=cache))  # fmt: skip
             pair = None if kv is None else kv[l]
-            x, c = sublayer(x, layer.cross_norm, o.pre_norm, lambda h, w=layer.cross, l=l, pair=pair: self._attend(
-                h, Y, w, None, None, "cross", l, change, kv=pair))  # fmt: skip
-            x, _ = sublayer(x, layer.ffn_norm, o.pre_norm, lambda h, f=layer.ffn: (f(h), None))
-            check_finite(x, l, self.name)
+            x, a, c = self.decoder_block(l, x, Y, mask, bias, pair, cache, change)
             selfs.append(a)
             crosses.append(c)
-        if side.final_norm is not None:
-            x = side.final_norm(x)
-        return x, selfs, crosses
+        return self.final("decoder", x), selfs, crosses
 
-    def _attend(self, X, Y, w, bias, mask, attention, layer, change, cache=None, kv=None):
+    def _attend(self, X, Y, w, bias, mask, attention, layer, change, cache=None, kv=None, edit=None):
         fn = None if change is None else (lambda Q, K, V: change(attention, layer, Q, K, V))
-        att = multi_head_attention(X, Y, w, self.params.options.scale, bias, mask, cache, kv, fn)
+        att = multi_head_attention(X, Y, w, self.params.options.scale, bias, mask, cache, kv, fn, edit)
         return att.output, att
 
     def teacher_forced(self, source_ids, decoder_ids, change=None) -> EncDecPass:

@@ -54,7 +54,10 @@ def write_tokenizer(folder, family: str) -> None:
 
 
 def build(transformers, torch, name: str, folder, seed: int = 0):
-    """Save a tiny random model of case `name` with its tokenizer.json to folder; return the transformers model."""
+    """Save a tiny random model of case `name` with its tokenizer.json to folder; return the transformers model
+    ("translator": the tiny trained T5 of `translator`)."""
+    if name == "translator":
+        return translator(transformers, torch, folder)
     model_type, keys = CASES[name]
     torch.manual_seed(seed)
     config = transformers.AutoConfig.for_model(model_type, vocab_size=VOCAB, **keys)
@@ -90,3 +93,55 @@ def reference(torch, model, source_ids, decoder_ids) -> dict:
     return {"encoder": [a[0].numpy() for a in out.encoder_attentions],
             "decoder": [a[0].numpy() for a in out.decoder_attentions],
             "cross": [a[0].numpy() for a in out.cross_attentions], "logits": out.logits[0].numpy()}  # fmt: skip
+
+
+ANIMALS = {"cat": "chat", "dog": "chien", "horse": "cheval", "mouse": "souris"}
+VERBS = {"is sleeping": "dort", "is eating": "mange", "is running": "court"}
+ARTICLES = {"The": "Le", "A": "Un"}
+
+
+def translations() -> list[tuple[str, str]]:
+    """The 24 sentence pairs tiny-translator learns: "translate English to French: The cat is sleeping." ->
+    "Le chat dort." for each article, animal and verb."""
+    import itertools
+
+    return [(f"translate English to French: {a} {b} {c}.", f"{x} {y} {z}.") for (a, x), (b, y), (c, z) in
+            itertools.product(ARTICLES.items(), ANIMALS.items(), VERBS.items())]  # fmt: skip
+
+
+def translator(transformers, torch, folder, steps: int = 150):
+    """tiny-translator: a T5 (one encoder layer, one decoder layer, two heads, d 32) trained by transformers in
+    float64, one thread, seed 0, full-batch Adam (lr 3e-3) for `steps` steps on the 24 pairs of translations(), and
+    saved with a word-level tokenizer.json; a toy that translates its own sentences (a few seconds of training)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    pairs = translations()
+    split = pre_tokenizers.Whitespace()
+    words = sorted({w for s, t in pairs for w, _ in split.pre_tokenize_str(f"{s} {t}")})
+    vocab = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>", *words])}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = split
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 1)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one summation order, the same numbers on every run
+    try:
+        torch.manual_seed(0)
+        config = transformers.T5Config(vocab_size=len(vocab), d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                                       num_decoder_layers=1, num_heads=2, relative_attention_num_buckets=8,
+                                       relative_attention_max_distance=16, dropout_rate=0.0,
+                                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)  # fmt: skip
+        model = transformers.T5ForConditionalGeneration(config).double()
+        source = torch.tensor([tok.encode(s).ids for s, _ in pairs])
+        target = torch.tensor([tok.encode(t).ids for _, t in pairs])
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for _ in range(steps):
+            loss = model(input_ids=source, labels=target).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save(str(folder / "tokenizer.json"))
+    return model

@@ -159,11 +159,14 @@ def attend(
     return alpha @ V, alpha  # (tau, m, n) x (tau, n, dk) -> (tau, m, dk)
 
 
-def multi_head_attention(X, Y, w: Projections, scale, bias=None, mask=None, cache=None, kv=None, change=None):
+def multi_head_attention(X, Y, w: Projections, scale, bias=None, mask=None, cache=None, kv=None, change=None,
+                         edit=None):  # fmt: skip
     """Q = X W^q, K = Y W^k, V = Y W^v (self-attention: Y = X); [m, d], [n, d] -> Attended.
 
     cache: a models.cache.LayerCache the new keys and values are appended to (the decoder writing); kv: (K, V)
-    computed once (the encoder's, for cross-attention); change: (Q, K, V) -> (Q, K, V) (an ablation)."""
+    computed once (the encoder's, for cross-attention); change: (Q, K, V) -> (Q, K, V) (an ablation); edit: the
+    intervention points of activation patching (pipeline.patch.hooks), edit("qkv", (Q, K, V)) -> (Q, K, V) and
+    edit("heads", (heads, alpha, V)) -> heads."""
     tau, dk = w.tau, w.d_k
     Q = split_heads(w.q(X), tau, dk)
     if kv is not None:
@@ -174,19 +177,23 @@ def multi_head_attention(X, Y, w: Projections, scale, bias=None, mask=None, cach
         K, V = cache.append(K, V)
     if change is not None:
         Q, K, V = change(Q, K, V)
+    if edit is not None:
+        Q, K, V = edit("qkv", (Q, K, V))
     scale = 1 / math.sqrt(dk) if scale is None else scale
     heads, alpha = attend(Q, K, V, scale, bias, mask)
+    if edit is not None:
+        heads = edit("heads", (heads, alpha, V))
     output = w.o(heads.transpose(1, 0, 2).reshape(X.shape[0], tau * dk))  # (m, tau dk) x (tau dk, d) -> (m, d)
     return Attended(X, Y, Q, K, V, bias, alpha, heads, np.ascontiguousarray(output))
 
 
-def sublayer(x, norm: Norm, pre_norm: bool, f):  # [m, d] -> [m, d], Attended or None
-    """Residual connection around f, normalized before (T5) or after (BART, Marian)."""
-    if pre_norm:
-        y, parts = f(norm(x))
-        return x + y, parts
-    y, parts = f(x)
-    return norm(x + y), parts
+def sublayer(x, norm: Norm, pre_norm: bool, f, edit=None, point: str = ""):  # [m, d] -> [m, d], Attended or None
+    """Residual connection around f, normalized before (T5) or after (BART, Marian); edit(point, y) -> y is the
+    patching's intervention point on the sub-layer's output y = f(.) (per position, before the residual)."""
+    y, parts = f(norm(x) if pre_norm else x)
+    if edit is not None:
+        y = edit(point, y)
+    return (x + y, parts) if pre_norm else (norm(x + y), parts)
 
 
 def relative_position_bucket(relative, bidirectional: bool, num_buckets: int, max_distance: int):  # [m, n] -> [m, n]

@@ -30,14 +30,19 @@ class Patching:
     tau: int
     G: int
     attention: tuple | None = None  # (clean, corrupted) weights, each (L, tau, m, m), when asked for (the page)
+    side: str | None = None  # an encoder-decoder's patched attention: encoder, decoder or cross (pipeline.patch.encdec)
+    target: str | None = None  # an encoder-decoder's teacher-forced target (the decoder's tokens are the labels)
+    sources: tuple | None = None  # an encoder-decoder's (clean, corrupted) source labels
+    decoder: tuple | None = None  # an encoder-decoder's decoder tokens: its start token, then the target's
 
     @property
     def m(self) -> int:
         return len(self.labels_clean)
 
     def differing(self) -> list[int]:
-        """The positions whose tokens differ between the two prompts."""
-        return [i for i, (a, b) in enumerate(zip(self.labels_clean, self.labels_corrupted, strict=True)) if a != b]
+        """The positions whose tokens differ between the two prompts (an encoder-decoder's: its two sources)."""
+        a, b = self.sources or (self.labels_clean, self.labels_corrupted)
+        return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
 
     def column_labels(self, what: str) -> list[str]:
         """The columns of `what`'s grid: "i token" (the clean prompt's, "clean/corrupted" where they differ), "Hj"
@@ -45,12 +50,13 @@ class Patching:
         if what in BY_POSITION:
             return [f"{i} {a}" if a == b else f"{i} {a}/{b}"
                     for i, (a, b) in enumerate(zip(self.labels_clean, self.labels_corrupted, strict=True))]  # fmt: skip
-        if what in ("k", "v"):
+        if what in ("k", "v") and self.side is None:  # an encoder-decoder's heads have their own keys and values
             return [f"KV{g}" for g in range(self.G)]
         return [f"H{j}" for j in range(self.tau)]
 
     def index_name(self, what: str) -> str:
-        return "position" if what in BY_POSITION else ("kv_head" if what in ("k", "v") else "head")
+        grouped = what in ("k", "v") and self.side is None  # an encoder-decoder's heads: their own keys, values
+        return "position" if what in BY_POSITION else ("kv_head" if grouped else "head")
 
     def top(self, n: int | None = 10) -> list[dict]:
         """The patches that recover most (denoise) or destroy most (noise: the lowest recovery), over every --what:
@@ -73,6 +79,8 @@ class Patching:
         out |= {f"labels_{w}": np.array(self.column_labels(w)) for w in self.what}
         out |= {"metric_clean": np.float64(self.metric_clean), "metric_corrupted": np.float64(self.metric_corrupted)}
         out |= {"labels_clean": np.array(self.labels_clean), "labels_corrupted": np.array(self.labels_corrupted)}
+        if self.side is not None:  # an encoder-decoder: labels_* are the patched stack's positions; the sources too
+            out |= {"sources_clean": np.array(self.sources[0]), "sources_corrupted": np.array(self.sources[1])}
         return out
 
     def summary(self) -> dict:
@@ -87,4 +95,11 @@ class Patching:
                        **{w: self.column_labels(w) for w in self.what}},
             "recovery": {w: self.recovery[w].tolist() for w in self.what},
             "metric_values": {w: self.metric_values[w].tolist() for w in self.what},
-        }  # fmt: skip
+        } | self.encdec()  # fmt: skip
+
+    def encdec(self) -> dict:
+        """An encoder-decoder's extra fields: the patched attention, the target and both sources' labels."""
+        if self.side is None:
+            return {}
+        return {"attention": self.side, "target": self.target, "decoder": list(self.decoder),
+                "sources": {"clean": list(self.sources[0]), "corrupted": list(self.sources[1])}}  # fmt: skip

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from qkv_cli.errors import QkvError
 
 SENTENCE = "The cat sat on the mat because it was warm."
+TRANSLATION = {  # question 7 on a translation model: which of the cross-attention's Q, K, V carries the source word
+    "clean": "translate English to French: The cat is sleeping.",
+    "corrupted": "translate English to French: The dog is sleeping.",
+    "target": "Le", "answer": "chat", "wrong": "chien", "what": ("q", "k", "v"), "side": "cross",
+}  # fmt: skip
+CARRIES = 0.5  # V is said to carry the word when one head's V restores at least this share of the answer ...
+MARGIN = 2.0  # ... and at least this many times what the best Q or K patch restores
 
 
 @dataclass(frozen=True)
@@ -18,6 +25,7 @@ class Lesson:
     question: str
     commands: tuple[tuple[str, ...], ...]  # each one qkv command's arguments, without the leading `qkv`
     reading: str  # two sentences: what to read in the output
+    patching: dict | None = None  # a live qkv patch on an encoder-decoder the user names (qkv learn N --model M)
 
 
 LESSONS: tuple[Lesson, ...] = (
@@ -108,6 +116,7 @@ LESSONS: tuple[Lesson, ...] = (
         "Zeroing V changes the output but leaves Q, K, the scores and the weights exactly as they were "
         "(`unchanged: Q, K, scores, weights`): V only enters the output. So weights that look right say nothing "
         "about whether the values carry meaning: blame W^v (or W^o), never the weights.",
+        TRANSLATION,
     ),
 )
 
@@ -142,3 +151,44 @@ def reading(item: Lesson, width: int) -> str:
 
 def heading(item: Lesson) -> str:
     return f"Question {item.number} of {len(LESSONS)}: {item.question}"
+
+
+def patch_line(item: Lesson, model: str) -> str:
+    """The `qkv patch` command a lesson's live patching run is, as a user would type it."""
+    p = item.patching
+    args = ["patch", p["clean"], p["corrupted"], "--model", model, "--target", p["target"], "--answer", p["answer"],
+            "--wrong", p["wrong"], "--attention", p["side"]]  # fmt: skip
+    args += [a for w in p["what"] for a in ("--what", w)]
+    return command_line((*args, "--top", "6"))
+
+
+def no_model(item: Lesson, width: int) -> str:
+    """What question 7 says without --model: how to run its patching on a translation checkpoint."""
+    import textwrap
+
+    text = (f"Live patching: name an encoder-decoder checkpoint to patch its cross-attention's Q, K and V head by "
+            f"head, e.g. `qkv learn {item.number} --model google-t5/t5-small` (a translation model; fetch it once "
+            "with `qkv run hello --model google-t5/t5-small --download`). qkv ships no translation weights, so "
+            "nothing is claimed here without one.")  # fmt: skip
+    return textwrap.fill(text, width=max(40, min(width, 100)))
+
+
+def verdict(p, width: int) -> str:
+    """What the live patching measured: each of Q, K, V's best single-head recovery, and that V carries the source
+    word only when the numbers say so (V's best at least CARRIES and MARGIN times Q's and K's)."""
+    import textwrap
+
+    best = {w: float(p.recovery[w].max()) for w in ("q", "k", "v")}
+    said = f"one head's V restores up to {best['v']:.2f} of the answer, one head's K {best['k']:.2f}, Q {best['q']:.2f}"
+    answer, wrong = p.answer[1], p.wrong[1]
+    if not p.metric_clean > 0 > p.metric_corrupted:  # the model must translate the word before anything carries it
+        text = (f"On {p.model}, the clean source does not give {answer!r} over {wrong!r} while the corrupted one "
+                f"gives {wrong!r} (logit differences {p.metric_clean:.3f} and {p.metric_corrupted:.3f}): it does not "
+                "translate the word, so no head can be said to carry it, and nothing is claimed.")  # fmt: skip
+    elif best["v"] >= CARRIES and best["v"] >= MARGIN * max(best["q"], best["k"], 0.0):
+        text = (f"On {p.model}, {said}: here V carries the source word into the translation, while Q (the "
+                "decoder's queries) and K (the source's keys) only decide where to look.")  # fmt: skip
+    else:
+        text = (f"On {p.model}, {said}: these numbers do not single out V, so this model does not show it (V "
+                f"would need at least {CARRIES} and {MARGIN:g} times the best Q or K).")  # fmt: skip
+    return textwrap.fill(f"What the patching measured: {text}", width=max(40, min(width, 100)))

@@ -12,6 +12,13 @@ WHAT_SAYS = {"resid": "the residual stream leaving layer l", "attn": "layer l's 
              "k": "key/value head g's keys K", "v": "key/value head g's values V",
              "pattern": "head j's attention weights"}  # fmt: skip
 
+SIDE_SAYS = {  # an encoder-decoder's --attention: where the layers, positions and heads above are
+    "encoder": "in the encoder: its layers, the source positions, its self-attention's heads",
+    "decoder": "in the decoder: its layers, the target positions, its causal self-attention's heads",
+    "cross": "in the decoder: its layers, the target positions, its cross-attention's heads (q: the decoder's "
+    "queries; k, v: the keys and values each head reads from the source, every source position at once)",
+}
+
 
 def header(p: Patching) -> list[str]:
     """What ran: the model, the two prompts, the metric of each run and what 0 and 1 mean."""
@@ -22,7 +29,19 @@ def header(p: Patching) -> list[str]:
         "kl": "KL(clean || run)",
     }
     into = "clean into corrupted" if p.direction == "denoise" else "corrupted into clean"
-    diff = ", ".join(f"{i} {clean(p.labels_clean[i])!r} -> {clean(p.labels_corrupted[i])!r}" for i in p.differing()[:6])
+    a, b = p.sources or (p.labels_clean, p.labels_corrupted)
+    diff = ", ".join(f"{i} {clean(a[i])!r} -> {clean(b[i])!r}" for i in p.differing()[:6])
+    if p.side is not None:  # an encoder-decoder: two sources, one teacher-forced target
+        decoder = " ".join(clean(s) for s in p.decoder)
+        return [
+            f"{clean(p.model)}: patching {into}, --attention {p.side} ({len(a)} source tokens; they differ at "
+            f"{diff or 'no position'})",
+            f"target:    {clean(p.target)!r} (decoder: {decoder}; the answer comes next)",
+            f"clean:     {clean(p.clean)!r}   {names[p.metric]} = {p.metric_clean:.4f}",
+            f"corrupted: {clean(p.corrupted)!r}   {names[p.metric]} = {p.metric_corrupted:.4f}",
+            "recovery = (metric patched - corrupted) / (clean - corrupted), at the decoder's last position: 0 = the "
+            "corrupted run, 1 = the clean run",
+        ]
     return [
         f"{clean(p.model)}: patching {into} ({p.m} tokens; they differ at {diff or 'no position'})",
         f"clean:     {clean(p.clean)!r}   {names[p.metric]} = {p.metric_clean:.4f}",
@@ -65,5 +84,8 @@ def table(p: Patching, top: int, precision: int) -> None:
         t.add_row(r["what"], str(r["layer"]), clean(r["label"]), f"{r['recovery']:.{precision}f}",
                   f"{r['metric']:.{precision}f}")  # fmt: skip
     out.print(t)
-    shown = ", ".join(f"{w}: {WHAT_SAYS[w]}" for w in p.what)
+    says = {w: WHAT_SAYS[w].replace("key/value head g", "head j") if p.side else WHAT_SAYS[w] for w in p.what}
+    shown = ", ".join(f"{w}: {says[w]}" for w in p.what)
     out.print(Text(f"patched: {shown}"))
+    if p.side is not None:
+        out.print(Text(SIDE_SAYS[p.side]))

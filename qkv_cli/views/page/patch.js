@@ -46,13 +46,13 @@ function grid(what) {
   return table;
 }
 
-function matrix(title, w, labels) {
+function matrix(title, w, labels, keys) {  // rows: the queries' labels; columns: the keys' (cross: the source's)
   const box = document.createElement("div");
   box.appendChild(cell("h3", title));
   const table = document.createElement("table");
   const head = document.createElement("tr");
   head.appendChild(cell("th", ""));
-  labels.forEach((l) => head.appendChild(cell("th", l)));
+  keys.forEach((l) => head.appendChild(cell("th", l)));
   table.appendChild(head);
   w.forEach((row, q) => {
     const tr = document.createElement("tr");
@@ -78,8 +78,8 @@ function attention(what, layer, i) {
   out.appendChild(cell("p", `layer ${layer}, ${which}`));
   const pair = document.createElement("div");
   pair.className = "pair";
-  pair.appendChild(matrix("clean", pick(D.attention_clean), D.tokens_clean));
-  pair.appendChild(matrix("corrupted", pick(D.attention_corrupted), D.tokens_corrupted));
+  pair.appendChild(matrix("clean", pick(D.attention_clean), D.tokens_clean, D.keys_clean));
+  pair.appendChild(matrix("corrupted", pick(D.attention_corrupted), D.tokens_corrupted, D.keys_corrupted));
   out.appendChild(pair);
 }
 

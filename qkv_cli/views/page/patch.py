@@ -23,12 +23,14 @@ def doc(p: Patching) -> dict:
     if p.attention is None:
         raise QkvError("the page shows both runs' attention: run the patching with attention=True (qkv patch --page)")
     r = p.tau // p.G
+    keys = p.sources if p.side == "cross" else (p.labels_clean, p.labels_corrupted)  # cross: the source's keys
     return {
         "what": list(p.what), "says": {w: WHAT_SAYS[w] for w in p.what},
         "recovery": {w: np.round(p.recovery[w], 6).tolist() for w in p.what},
         "labels": {w: [clean(s) for s in p.column_labels(w)] for w in p.what},
         "groups": [list(range(g * r, (g + 1) * r)) for g in range(p.G)],
         "tokens_clean": [clean(s) for s in p.labels_clean], "tokens_corrupted": [clean(s) for s in p.labels_corrupted],
+        "keys_clean": [clean(s) for s in keys[0]], "keys_corrupted": [clean(s) for s in keys[1]],
         "attention_clean": np.round(p.attention[0].astype(np.float64), 4).tolist(),
         "attention_corrupted": np.round(p.attention[1].astype(np.float64), 4).tolist(),
     }  # fmt: skip
