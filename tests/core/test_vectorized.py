@@ -95,3 +95,16 @@ def test_plan_without_mask_and_with_unstructured_mask():
     mask = random_mask(rng, 20, 30)
     mask[0] = -np.inf  # an empty first row: nothing to guess from
     assert all((b.c0, b.c1, b.adds) == (0, 30, ((0, 30),)) for b in plan_blocks(mask, 20, 30, 8))
+
+
+@pytest.mark.parametrize("path_name", list(PATHS))
+def test_strided_inputs_give_the_numbers_of_their_row_major_copies(monkeypatch, path_name):
+    for name, value in PATHS[path_name].items():
+        monkeypatch.setattr(kernels, name, value)
+    rng = np.random.default_rng(11)
+    Q, K, V = (x[..., ::2] for x in qkv(rng, 4, 2, 21, 21, dk=16))  # every other column: no unit stride
+    mask = build_mask(21, causal=True)
+    out, weights = attention(Q, K, V, mask)
+    want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+    np.testing.assert_allclose(weights, want_w, atol=1e-12)
+    np.testing.assert_allclose(out, want_out, atol=1e-12)
