@@ -31,10 +31,11 @@ def _q8_0(b, out):  # [n, 34] -> [n, 32]: d * q, q int8
 
 def _q4_0(b, out):  # [n, 18] -> [n, 32]: d * (q - 8), low nibbles first
     low, high = _nibbles(b)
+    low -= np.uint8(8)  # q - 8 in bytes (wrapping), read as int8: exact, and one float32 pass fewer
+    high -= np.uint8(8)
     o = out.reshape(-1, 2, 16)
-    o[:, 0] = low[:, 2:]
-    o[:, 1] = high[:, 2:]
-    out -= F32(8)
+    o[:, 0] = low[:, 2:].view(np.int8)
+    o[:, 1] = high[:, 2:].view(np.int8)
     out *= _f16(b, 0).repeat(32, axis=1)
 
 
