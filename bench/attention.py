@@ -15,7 +15,9 @@ Contenders, all computing out = Softmax(Q K^T * scale + Mask) V AND keeping the 
   Ratios and the target use "MHA attn".
 
 Same threads for everyone, in one process: torch.set_num_threads(T), BLAS held to T threads by threadpoolctl,
-and the vectorized kernel's own 2 Python threads (BLAS at 1 thread inside them). Each contender runs in its own
+and the vectorized kernel's own min(T, 2) Python threads (BLAS at 1 thread inside them). --threads 1 compares
+one core's work: on a machine shared with other processes, the steadier comparison (two threads there measure
+how each library copes with waiting for a core as much as its work). Each contender runs in its own
 phase (1 warm-up call, then --reps timed calls, median), with a pause between phases so that threads still
 spinning from the previous library (OpenBLAS, OpenMP) do not steal cores from the next. Before timing, every
 contender's output and weights are checked against torch plain.
@@ -55,7 +57,9 @@ def _parse(argv):
         default=1,
         help="phases per contender, alternating (default 1); the median is over all rounds' calls",
     )
-    p.add_argument("--threads", type=int, default=2, help="torch and BLAS threads (default 2)")
+    p.add_argument(
+        "--threads", type=int, default=2, help="torch, BLAS and qkv kernel threads (default 2; 1: one core each)"
+    )
     p.add_argument("--loop-max", type=int, default=512, help="largest m for the loop kernel (default 512)")
     p.add_argument("--memory-m", type=int, nargs="*", help="m for the peak-memory table (default 2048 4096)")
     p.add_argument("--pause", type=float, default=0.25, help="seconds of rest between phases (default 0.25)")
@@ -153,6 +157,7 @@ def main(argv=None):
             print("torch is not installed: timing the qkv kernels only")
 
     threadpool_limits(args.threads, user_api="blas")  # the whole process: numpy's BLAS at T threads
+    threads.THREADS = max(1, min(threads.THREADS, args.threads))  # the vectorized kernel's Python threads
     if torch is not None:
         torch.set_num_threads(args.threads)
 
