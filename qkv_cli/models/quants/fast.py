@@ -2,13 +2,14 @@
 
 NumPy is fast on whole contiguous arrays and slow on short strided rows (a block's 16 or 32 values, its scale
 broadcast over them): so the bit fields are cut from the chunk's bytes as one flat array (`flat & 15`, `flat >> 4`),
-placed into the float32 output in one cast-copy per field, and each group's scale multiplies its values in one
-broadcast multiply in place. The float32 operations and their order are gguf-py's (and ggml's reference C): the
+placed into the float32 output in one cast-copy per field, and each block's scale is repeated to the values'
+shape before the one multiply. The float32 operations and their order are gguf-py's (and ggml's reference C): the
 same bits. Each kernel fills `out` [n, block] from `b` [n, nbytes] (both C-contiguous, a chunk of models.quants).
 
 The temporaries are a chunk's size (hundreds of KB): allocated and freed once per chunk, the C allocator may hand
 such blocks back to the system and fault them in again the next time, and those page faults cost more than the
-arithmetic. So they are views into buffers each thread keeps (:func:`_scratch`), reused chunk after chunk.
+arithmetic (Q6_K took 3x as long, 20.6 ms against 6.2 ms for 4M values, in a process that had freed no large
+array). So they are views into buffers each thread keeps (:func:`_scratch`), reused chunk after chunk.
 """
 
 from __future__ import annotations
@@ -43,8 +44,7 @@ def _nibbles(b):  # [n, nbytes] -> the low and the high nibble of every byte, ea
 
 
 def _times(out, scales, group):  # out [n, k * group] *= scales [n, k], each scale over its group of values, in place
-    o = out.reshape(len(out), -1, group)
-    np.multiply(o, scales.reshape(len(out), -1, 1), out=o)  # broadcast: no [n, k * group] copy of the scales
+    out *= scales.repeat(group, axis=1)  # np.repeat, then one contiguous multiply: faster than a broadcast multiply
 
 
 def _q8_0(b, out):  # [n, 34] -> [n, 32]: d * q, q int8
@@ -77,8 +77,7 @@ def _q4_k(b, out):  # [n, 144] -> [n, 256]: (d * sc) * q - (dmin * m), 8 groups 
     o[:, :, 0] = low[:, 16:].reshape(-1, 4, 32)
     o[:, :, 1] = high[:, 16:].reshape(-1, 4, 32)
     _times(out, dl, 32)
-    o = out.reshape(-1, 8, 32)
-    np.subtract(o, ml[:, :, None], out=o)
+    out -= ml.repeat(32, axis=1)
 
 
 def _q6_k(b, out):  # [n, 210] -> [n, 256]: (d * sc) * (q - 32), q = nibble | 2 bits << 4, sc int8, 16 groups of 16
