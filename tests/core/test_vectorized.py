@@ -108,3 +108,18 @@ def test_strided_inputs_give_the_numbers_of_their_row_major_copies(monkeypatch, 
     want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
     np.testing.assert_allclose(weights, want_w, atol=1e-12)
     np.testing.assert_allclose(out, want_out, atol=1e-12)
+
+
+@pytest.mark.parametrize("path_name", list(PATHS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kept_rows_equal_the_reference_rows_on_every_path(monkeypatch, path_name, dtype):
+    for name, value in PATHS[path_name].items():
+        monkeypatch.setattr(kernels, name, value)
+    rng = np.random.default_rng(12)
+    Q, K, V = qkv(rng, 6, 2, 40, 40, dtype=dtype)
+    mask = build_mask(40, causal=True)
+    out, kept = attention(Q, K, V, mask, rows=(7, 33))  # blocks of 8 rows: kept rows start and end mid-block
+    want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(kept, want_w[:, 7:33], atol=tol)
+    np.testing.assert_allclose(out, want_out, atol=10 * tol)
