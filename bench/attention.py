@@ -15,7 +15,10 @@ Contenders, all computing out = Softmax(Q K^T * scale + Mask) V AND keeping the 
   Ratios and the target use "MHA attn".
 
 Same threads for everyone, in one process: torch.set_num_threads(T), BLAS held to T threads by threadpoolctl,
-and the vectorized kernel's own 2 Python threads (BLAS at 1 thread inside them). Each contender runs in its own
+and the vectorized kernel's own min(T, 2) Python threads (BLAS at 1 thread inside them). --threads 1 compares
+one core's work: on a machine shared with other processes, the steadier comparison (two threads there measure
+how each library copes with waiting for a core as much as its work); it also prints each contender's median CPU
+time on the calling thread, which then does all of its work. Each contender runs in its own
 phase (1 warm-up call, then --reps timed calls, median), with a pause between phases so that threads still
 spinning from the previous library (OpenBLAS, OpenMP) do not steal cores from the next. Before timing, every
 contender's output and weights are checked against torch plain.
@@ -55,7 +58,9 @@ def _parse(argv):
         default=1,
         help="phases per contender, alternating (default 1); the median is over all rounds' calls",
     )
-    p.add_argument("--threads", type=int, default=2, help="torch and BLAS threads (default 2)")
+    p.add_argument(
+        "--threads", type=int, default=2, help="torch, BLAS and qkv kernel threads (default 2; 1: one core each)"
+    )
     p.add_argument("--loop-max", type=int, default=512, help="largest m for the loop kernel (default 512)")
     p.add_argument("--memory-m", type=int, nargs="*", help="m for the peak-memory table (default 2048 4096)")
     p.add_argument("--pause", type=float, default=0.25, help="seconds of rest between phases (default 0.25)")
@@ -153,6 +158,7 @@ def main(argv=None):
             print("torch is not installed: timing the qkv kernels only")
 
     threadpool_limits(args.threads, user_api="blas")  # the whole process: numpy's BLAS at T threads
+    threads.THREADS = max(1, min(threads.THREADS, args.threads))  # the vectorized kernel's Python threads
     if torch is not None:
         torch.set_num_threads(args.threads)
 
@@ -175,13 +181,14 @@ def main(argv=None):
         "each phase after 1 warm-up"
     )
 
-    def timed(fn, times):  # one phase: pause, 1 warm-up call, --reps timed calls appended to ``times``
+    def timed(fn, times, cpu):  # one phase: pause, 1 warm-up call, --reps timed calls appended to times (wall), cpu
         time.sleep(args.pause)
         fn()
         for _ in range(args.reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             fn()
             times.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
 
     rng = np.random.default_rng(0)
     tau, dk = args.heads, args.dk
@@ -218,20 +225,24 @@ def main(argv=None):
                 del expected
                 gc.collect()
                 samples = {name: [] for name in contenders}
+                cpu = {name: [] for name in contenders}  # this thread's CPU time: all of the work at --threads 1
                 for _ in range(args.rounds):  # rounds alternate the contenders' phases: slow drifts hit all
                     for name, fn in contenders.items():
                         if torch is not None:
                             with torch.inference_mode():
-                                timed(fn, samples[name])
+                                timed(fn, samples[name], cpu[name])
                         else:
-                            timed(fn, samples[name])
+                            timed(fn, samples[name], cpu[name])
                         gc.collect()
                 times = {name: statistics.median(values) for name, values in samples.items()}
                 times["load"] = load
+                times["cpu"] = {name: statistics.median(values) for name, values in cpu.items()}
                 rows.append((dtype_name, mask_kind, m, times))
                 _print_row(rows[-1], header=len(rows) == 1)
     print()
     _print_table(rows)
+    if args.threads == 1:
+        _print_cpu_table(rows)
     if args.memory_m:
         _memory(args, np, kernels, build_mask, tracemalloc, rng)
 
@@ -346,6 +357,17 @@ def _print_row(row, header):
     if header:
         print("\n# progress")
     print("  ".join(_cells(row)), flush=True)
+
+
+def _print_cpu_table(rows):  # --threads 1: every contender works on the calling thread, so its CPU time is the work
+    print("\n# one thread: median CPU time of the calling thread (steadier than wall time on a shared machine)")
+    print("| dtype | mask | m | torch plain ms | MHA attn ms | vectorized ms | vec/plain | vec/MHA attn |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dtype_name, mask_kind, m, t in rows:
+        c = t["cpu"]
+        vec, plain, mha = c.get("vectorized"), c.get("torch plain"), c.get("MHA attn")
+        cells = (_fmt_ms(plain), _fmt_ms(mha), _fmt_ms(vec), _ratio(vec, plain), _ratio(vec, mha))
+        print(f"| {dtype_name} | {mask_kind} | {m} | " + " | ".join(cells) + " |")
 
 
 def _print_table(rows):

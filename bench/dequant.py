@@ -1,14 +1,16 @@
 """Benchmark: GGUF dequantization speed, qkv against gguf-py's `gguf.quants.dequantize`, on the same tensors.
 
-    python bench/dequant.py                          # Q4_0, Q4_K, Q6_K, Q8_0; a 4096 x 1024 tensor; 5 repeats
-    python bench/dequant.py --types Q4_0 Q8_0 --rows 4096 --cols 4096 --repeats 7
+    python bench/dequant.py                          # Q4_0, Q4_K, Q6_K, Q8_0; a 4096 x 1024 tensor; 9 repeats
+    python bench/dequant.py --types Q4_0 Q8_0 --rows 4096 --cols 4096 --repeats 15
 
 Each tensor is random bytes in the type's block layout, its fp16 scales set to finite values (d in 2^-12..2^-4,
 as real checkpoints have). In one process, alternating, median of --repeats: qkv's dequantize(raw, kind, shape)
 (models/quants/dequantize.py: a new array, as gguf-py returns), the same into a reused float32 buffer (`out=`, as a
 layer's weights are read), and gguf.quants.dequantize(raw.reshape(rows, -1), type); first the results are checked equal
-bit for bit. Printed: values/s of each and the ratios (target: qkv >= 3x gguf-py). The machine is shared: see
-the load.
+bit for bit. Printed: values/s of each and the ratios (target: qkv >= 3x gguf-py), by wall time and by the
+calling thread's CPU time (time.thread_time: all three run on that one thread). The machine is shared: when
+other processes take the cores, a call's wall time counts the time it waited for one, and the CPU time is the
+steadier measure of the work; see the load.
 """
 
 from __future__ import annotations
@@ -41,13 +43,10 @@ def tensor(kind: str, rows: int, cols: int, rng) -> np.ndarray:
     return raw.reshape(-1)
 
 
-def timed(fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+def timed(fn) -> tuple[float, float]:  # -> (wall, CPU time of this thread) of one call, seconds
+    t, c = time.perf_counter(), time.thread_time()
+    fn()
+    return time.perf_counter() - t, time.thread_time() - c
 
 
 def main() -> None:
@@ -55,7 +54,7 @@ def main() -> None:
     ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_K", "Q6_K", "Q8_0"], choices=sorted(SCALES))
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=1024)
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     try:
         import gguf.quants
@@ -71,8 +70,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     shape = (args.rows, args.cols)
     n = args.rows * args.cols
-    print("| type | qkv, new array (values/s) | qkv, out= (values/s) | gguf-py (values/s) | qkv / gguf-py | "
-          "qkv out= / gguf-py |\n|---|---|---|---|---|---|")  # fmt: skip
+    rows = []
     for kind in args.types:
         raw = tensor(kind, *shape, rng)
         qtype = GGMLQuantizationType[kind]
@@ -92,13 +90,20 @@ def main() -> None:
         want = np.asarray(b, np.float32).reshape(shape).view(np.uint32)
         if not (np.array_equal(a.view(np.uint32), want) and np.array_equal(c.view(np.uint32), want)):
             sys.exit(f"{kind}: qkv and gguf-py differ")
-        t_ours, t_into, t_theirs = [], [], []
+        del a, b, c
+        times = {"new": [], "out": [], "gguf": []}
         for _ in range(args.repeats):  # alternating, so that a burst of other load hits all three
-            t_ours += timed(ours, 1)
-            t_into += timed(into, 1)
-            t_theirs += timed(theirs, 1)
-        mo, mi, mt = (statistics.median(t) for t in (t_ours, t_into, t_theirs))
-        print(f"| {kind} | {n / mo:,.0f} | {n / mi:,.0f} | {n / mt:,.0f} | {mt / mo:.2f}x | {mt / mi:.2f}x |")
+            for name, fn in (("new", ours), ("out", into), ("gguf", theirs)):
+                times[name].append(timed(fn))
+        rows.append((kind, times))
+    for what, at in (("wall time", 0), ("CPU time", 1)):
+        print(
+            f"\nby {what}:\n| type | qkv, new array (values/s) | qkv, out= (values/s) | gguf-py (values/s) | "
+            "qkv / gguf-py | qkv out= / gguf-py |\n|---|---|---|---|---|---|"
+        )
+        for kind, times in rows:
+            mo, mi, mt = (statistics.median(t[at] for t in times[k]) for k in ("new", "out", "gguf"))
+            print(f"| {kind} | {n / mo:,.0f} | {n / mi:,.0f} | {n / mt:,.0f} | {mt / mo:.2f}x | {mt / mi:.2f}x |")
     print(f"{args.rows} x {args.cols} values per tensor, median of {args.repeats}")
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
 

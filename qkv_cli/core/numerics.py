@@ -48,8 +48,8 @@ def softmax(x, dtype=None):  # [..., n] -> [..., n], a new array
         return softmax_(np.array(x, dtype=dtype, copy=True))
 
 
-def exp_normalize_(x, ones, sink=None):  # [..., n], [n], [...] -> True and x = Softmax(x) in place; False (garbage)
-    """Softmax without the row-max pass: exp, row sums as one BLAS product x @ 1, then x *= 1 / sum.
+def exp_normalize_(x, ones, sink=None, out=None):  # [..., n], [n], [...] -> True and x = Softmax(x); False (garbage)
+    """Softmax without the row-max pass: exp in place, row sums as one BLAS product x @ 1, then x *= 1 / sum.
 
     Subtracting the max only protects exp from overflow and underflow, and the row sums reveal both: a sum in
     [2^-60, 2^120] (float32; [2^-900, 2^900] for float64) means no exp overflowed and the row max is above
@@ -57,8 +57,10 @@ def exp_normalize_(x, ones, sink=None):  # [..., n], [n], [...] -> True and x = 
     result then equals the max-subtracted softmax to rounding (it even skips the rounding of x - max).
     Otherwise (huge or +inf scores, a row with every key masked, all scores far below 0) this returns False
     and the caller recomputes the scores and uses the exact :func:`softmax_`. sink: as for softmax_ (its exp
-    joins the sums, which the same range check covers).
+    joins the sums, which the same range check covers). out: an array of x's shape that receives the softmax
+    (x then holds exp(x)); None: x itself.
     """
+    out = x if out is None else out
     np.exp(x, out=x)
     total = np.matmul(x, ones)  # (..., n) x (n,) -> (...): the row sums, by BLAS
     if sink is not None:
@@ -69,12 +71,12 @@ def exp_normalize_(x, ones, sink=None):  # [..., n], [n], [...] -> True and x = 
         t = float(total)
         if not low <= t <= high:
             return False
-        x *= 1.0 / t
+        np.multiply(x, x.dtype.type(1.0 / t), out=out)
         return True
     if not (total.min() >= low and total.max() <= high):  # NaN fails as well
         return False
     np.reciprocal(total, out=total)
-    x *= total[..., None]
+    np.multiply(x, total[..., None], out=out)
     return True
 
 

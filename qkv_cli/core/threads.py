@@ -1,13 +1,16 @@
 """Two Python threads for the kernels: NumPy releases the GIL inside BLAS, exp and the row sums.
 
 While the helpers run, BLAS is held to one thread by threadpoolctl (optional: without it everything runs on the
-calling thread and BLAS keeps its own threads).
+calling thread and BLAS keeps its own threads). A kernel may ask for that even on the calling thread alone
+(``one_blas``): its products are small blocks, and OpenBLAS's own threads, which spin between calls, cost many
+times the work itself when other processes share the cores (bench/README.md).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from contextlib import nullcontext
 
 import numpy as np
 
@@ -41,12 +44,15 @@ def _helpers():
     return _pool
 
 
-def run_tasks(tasks, work, parallel):  # tasks sorted by cost, cheapest first
-    """work(task) for every task; on THREADS threads when ``parallel`` (BLAS then held to 1 thread)."""
-    limiter = _one_blas_thread() if parallel and THREADS > 1 and len(tasks) > 1 else None
-    if limiter is None:
-        for task in tasks:
-            work(task)
+def run_tasks(tasks, work, parallel, one_blas=False):  # tasks sorted by cost, cheapest first
+    """work(task) for every task; on THREADS threads when ``parallel`` (BLAS then held to 1 thread), else on the
+    calling thread, with BLAS held to 1 thread if ``one_blas``."""
+    threaded = parallel and THREADS > 1 and len(tasks) > 1
+    limiter = _one_blas_thread() if threaded or one_blas else None
+    if not threaded or limiter is None:  # without threadpoolctl: the calling thread, BLAS as it is
+        with limiter or nullcontext():
+            for task in tasks:
+                work(task)
         return
     from concurrent.futures import wait
 

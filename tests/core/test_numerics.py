@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from qkv_cli.cli import app
 from qkv_cli.core.kernels import KERNELS
+from qkv_cli.core.numerics import exp_normalize_
 from qkv_cli.core.settings import Settings
 from qkv_cli.pipeline.seeded import run
 
@@ -230,3 +231,19 @@ def test_top_indices_is_a_stable_argsort_cut_to_k(shape, k, values):
         flat[picks] = [np.nan, -np.inf, np.inf, np.nan, -np.inf, np.inf][: picks.size]
     want = np.argsort(-x, axis=-1, kind="stable")[..., :k]
     np.testing.assert_array_equal(top_indices(x, k), want)
+
+
+def test_exp_normalize_writes_the_softmax_into_out_and_leaves_exp_in_x():
+    x = np.array([[0.0, math.log(3.0)], [math.log(2.0), math.log(2.0)]], dtype=np.float32)  # hand-worked
+    out = np.full((2, 2), np.nan, dtype=np.float32)
+    assert exp_normalize_(x, np.ones(2, dtype=np.float32), out=out)
+    np.testing.assert_allclose(out, [[0.25, 0.75], [0.5, 0.5]], rtol=1e-6)
+    np.testing.assert_allclose(x, [[1.0, 3.0], [2.0, 2.0]], rtol=1e-6)  # exp(x), not normalized
+
+
+def test_exp_normalize_refuses_a_fully_masked_row_and_leaves_out_alone():
+    x = np.array([[0.0, 1.0], [-np.inf, -np.inf]])
+    out = np.full((2, 2), 7.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        assert not exp_normalize_(x, np.ones(2), out=out)  # the caller then runs the exact softmax
+    assert (out == 7.0).all()

@@ -95,3 +95,31 @@ def test_plan_without_mask_and_with_unstructured_mask():
     mask = random_mask(rng, 20, 30)
     mask[0] = -np.inf  # an empty first row: nothing to guess from
     assert all((b.c0, b.c1, b.adds) == (0, 30, ((0, 30),)) for b in plan_blocks(mask, 20, 30, 8))
+
+
+@pytest.mark.parametrize("path_name", list(PATHS))
+def test_strided_inputs_give_the_numbers_of_their_row_major_copies(monkeypatch, path_name):
+    for name, value in PATHS[path_name].items():
+        monkeypatch.setattr(kernels, name, value)
+    rng = np.random.default_rng(11)
+    Q, K, V = (x[..., ::2] for x in qkv(rng, 4, 2, 21, 21, dk=16))  # every other column: no unit stride
+    mask = build_mask(21, causal=True)
+    out, weights = attention(Q, K, V, mask)
+    want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+    np.testing.assert_allclose(weights, want_w, atol=1e-12)
+    np.testing.assert_allclose(out, want_out, atol=1e-12)
+
+
+@pytest.mark.parametrize("path_name", list(PATHS))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_kept_rows_equal_the_reference_rows_on_every_path(monkeypatch, path_name, dtype):
+    for name, value in PATHS[path_name].items():
+        monkeypatch.setattr(kernels, name, value)
+    rng = np.random.default_rng(12)
+    Q, K, V = qkv(rng, 6, 2, 40, 40, dtype=dtype)
+    mask = build_mask(40, causal=True)
+    out, kept = attention(Q, K, V, mask, rows=(7, 33))  # blocks of 8 rows: kept rows start and end mid-block
+    want_out, want_w = reference(Q, K, V, mask, 1 / np.sqrt(8))
+    tol = 2e-6 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(kept, want_w[:, 7:33], atol=tol)
+    np.testing.assert_allclose(out, want_out, atol=10 * tol)
