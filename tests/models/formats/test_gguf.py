@@ -345,3 +345,21 @@ def test_smollm2_file_conventions():
     emb = g.tensors["token_embd.weight"]
     assert (emb.shape, emb.kind) == ((49152, 576), "Q8_0")
     assert g.tensors["blk.0.attn_k.weight"].shape == (192, 576)
+
+
+def test_only_a_matrix_gets_its_rows_reordered_on_the_stored_blocks():
+    """W^q's rows (ggml's rotary pairs) reorder on the stored blocks; a vector (a bias) and a shifted norm are
+    read and copied instead (their values would move within blocks, or change)."""
+    from qkv_cli.models.formats.gguf.mapping import _into
+    from qkv_cli.models.formats.safetensors import Tensor
+
+    calls = []
+
+    def into(out, order=None):
+        calls.append(order)
+
+    matrix, vector = Tensor((4, 32), "Q8_0", None, "f", None, into), Tensor((4,), "F32", None, "f", None, into)
+    _into(matrix, np.array([0, 2, 1, 3]))(None)
+    assert calls[0].tolist() == [0, 2, 1, 3]
+    assert _into(matrix, None) is into and _into(matrix, False) is None
+    assert _into(vector, np.array([0, 2, 1, 3])) is None and _into(vector, None) is into

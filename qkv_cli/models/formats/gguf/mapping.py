@@ -253,8 +253,9 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
 
 def _into(t: Tensor, order):
     """What fills a reused array with the tensor as read: the stored tensor's `into` (order None), its rows in
-    `order` (a permutation of rows, applied to the stored blocks), or none (order False: the values change)."""
-    if t.into is None or order is False:
+    `order` (a permutation of a matrix's rows, applied to the stored blocks), or none (order False: the values
+    change; a vector's order: it would move values within blocks)."""
+    if t.into is None or order is False or (order is not None and len(t.shape) != 2):
         return None
     return t.into if order is None else partial(t.into, order=order)
 
