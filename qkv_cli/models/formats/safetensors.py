@@ -40,6 +40,8 @@ class Tensor:
     source: str  # the file it is in, for messages
     rows: Callable | None = None  # (ids) -> the rows ids of a 2-D tensor (a 3-D GGUF stack: of [E * rows, columns]),
     # read alone (None: read() and index)
+    into: Callable | None = None  # (out, order=None) -> out: the values written into a reused array (a GGUF
+    # tensor: dequantized in place, rows in `order`), None: read() and copy
 
     @property
     def is_float(self) -> bool:
@@ -222,6 +224,17 @@ class Tensors:
 
         return self._checked(key, np.ascontiguousarray(self.tensors[key].read(), dtype=self.dtype))
 
+    def fill(self, key: str, out):  # out: [*shape] of any float dtype, C-contiguous -> out, checked
+        """The tensor's values written into `out` (a buffer the caller reuses: no new array of the tensor's size)."""
+        import numpy as np
+
+        t = self.tensors[key]
+        if t.into is not None:
+            t.into(out)
+        else:
+            np.copyto(out, t.read(), casting="unsafe")
+        return self._checked(key, out)
+
     def rows(self, key: str, ids):  # [k] -> [k, d]: rows of a 2-D tensor, cast and checked, the rest never read
         import numpy as np
 
@@ -232,7 +245,9 @@ class Tensors:
     def _checked(self, key: str, arr):
         import numpy as np
 
-        if not np.isfinite(arr).all():
+        with np.errstate(over="ignore", invalid="ignore"):  # a finite sum: every value is finite (NaN, inf propagate)
+            total = np.add.reduce(arr, axis=None) if arr.size else 0
+        if not np.isfinite(total) and not np.isfinite(arr).all():  # (a sum can overflow: then each value is looked at)
             bad = int(arr.size - np.count_nonzero(np.isfinite(arr)))
             raise QkvError(
                 f"{self.name}: tensor '{key}' has {bad} non-finite values (NaN or inf) in {self.dtype}: "

@@ -12,12 +12,14 @@ rows unless the budget lets the head stay whole.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 HEAD_BLOCK_ROWS = 8192  # rows of W_out read at a time when the head is not kept (8192 x 4096 float32: 134 MB)
+POOLED_BYTES = 1 << 20  # tensors of a layer at least this large are read into reused buffers (Buffers)
 
 
 class Layers(Sequence):
@@ -99,6 +101,88 @@ class Layers(Sequence):
         """Forget every layer read (the next pass reads them again)."""
         with self._lock:
             self._kept, self._last, self._next, self._seen = {}, None, None, set()
+
+
+def _references(pool: list, i: int) -> int:
+    return sys.getrefcount(pool[i])
+
+
+_UNUSED = _references([np.empty(0)], 0)  # a buffer only the pool holds (no array made from it is alive)
+
+
+class Buffers:
+    """Flat arrays reused from layer to layer, so that reading a layer makes no new array of a tensor's size (a
+    new array costs the kernel a page fault and a zeroed page per 4 KB). A buffer is free again when no array made
+    from it is alive (every view holds its base: its reference count says so); the pool keeps at most `limit`
+    bytes of buffers (the two layers a streamed pass holds), the oldest leave it beyond that."""
+
+    def __init__(self, dtype, limit: int):
+        self.dtype, self.limit = np.dtype(dtype), int(limit)
+        self._pool: list[np.ndarray] = []
+        self._lock = threading.Lock()
+        self.made = 0  # buffers allocated (the rest of the takes reused one)
+
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:  # -> [*shape], C-contiguous, values undefined
+        count = 1
+        for x in shape:
+            count *= int(x)
+        with self._lock:
+            for i in range(len(self._pool)):
+                if self._pool[i].size == count and _references(self._pool, i) == _UNUSED:
+                    return self._pool[i].reshape(shape)
+            buf = np.empty(count, self.dtype)
+            self._pool.append(buf)
+            self.made += 1
+            while len(self._pool) > 1 and sum(b.nbytes for b in self._pool) > self.limit:
+                del self._pool[0]  # an array still made from it keeps it alive; else its memory goes back
+            return buf.reshape(shape)
+
+
+class Reused:
+    """A checkpoint's Tensors (w) read into Buffers: w(key) and w.join(keys) as Tensors gives them, each large
+    tensor written into a reused buffer (Tensors.fill: a GGUF tensor is dequantized in place) instead of a new
+    array; everything else is w's own."""
+
+    def __init__(self, w, buffers: Buffers):
+        self._w, self._buffers = w, buffers
+
+    def _pooled(self, shape) -> bool:
+        count = 1
+        for x in shape:
+            count *= int(x)
+        return count * self._buffers.dtype.itemsize >= POOLED_BYTES
+
+    def __call__(self, key: str):
+        shape = tuple(self._w.tensors[key].shape)
+        if not self._pooled(shape):
+            return self._w(key)
+        return self._w.fill(key, self._buffers.take(shape))
+
+    def join(self, keys):  # [k_i, d] each -> [sum k_i, d]: [W^q; W^k; W^v] written in place, no concatenation
+        shapes = [tuple(self._w.tensors[key].shape) for key in keys]
+        rows = sum(s[0] for s in shapes)
+        if len({s[1:] for s in shapes}) != 1 or not self._pooled((rows, *shapes[0][1:])):
+            return np.concatenate([self._w(key) for key in keys])
+        out = self._buffers.take((rows, *shapes[0][1:]))
+        a = 0
+        for key, shape in zip(keys, shapes, strict=True):
+            self._w.fill(key, out[a : a + shape[0]])
+            a += shape[0]
+        return out
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._w
+
+    def __getattr__(self, name):  # rows, nbytes, tensors, dtype, name ...: w's
+        return getattr(self._w, name)
+
+
+def reused(w, dtype, limit: int):
+    """A checkpoint's Tensors read into a pool of `limit` bytes of buffers; anything else (a family's wrapper that
+    changes values: Llama 4's PairsToHalves) as it is."""
+    from qkv_cli.models.formats.safetensors import Tensors
+
+    return Reused(w, Buffers(dtype, limit)) if type(w) is Tensors else w
 
 
 class RowMatrix:

@@ -233,9 +233,12 @@ def assert_same_metadata(mine: dict, reader):
             assert type(got) is type(value) and got == value, key
 
 
-def assert_same_tensors(g, reader):
+def assert_same_tensors(g, reader, into_every_way=False):
+    """Every tensor read() and written into a float32 buffer (into) as gguf-py dequantizes it; into_every_way: also
+    into a float64 buffer, and with its rows in a shuffled order."""
     gguf = sys.modules["gguf"]
     assert list(g.tensors) == [t.name for t in reader.tensors]
+    rng = np.random.default_rng(5)
     for t in reader.tensors:
         mine = g.tensors[t.name]
         with np.errstate(over="ignore", invalid="ignore"):  # gguf-py warns on random blocks' inf / NaN scales
@@ -244,6 +247,17 @@ def assert_same_tensors(g, reader):
         got = mine.read()
         assert got.dtype == expected.dtype == np.float32 and got.shape == expected.shape == mine.shape, t.name
         np.testing.assert_array_equal(got.view(np.uint32), expected.view(np.uint32), err_msg=t.name)
+        out = np.full(mine.shape, 7, np.float32)
+        assert mine.into(out) is out
+        np.testing.assert_array_equal(out.view(np.uint32), expected.view(np.uint32), err_msg=t.name)
+        if into_every_way:
+            wide = np.full(mine.shape, 7, np.float64)
+            mine.into(wide)
+            np.testing.assert_array_equal(wide, expected.astype(np.float64), err_msg=t.name)
+            rows = expected.reshape(-1, expected.shape[-1])
+            order = rng.permutation(len(rows))
+            mine.into(out, order=order)
+            np.testing.assert_array_equal(out.reshape(rows.shape).view(np.uint32), rows[order].view(np.uint32))
 
 
 K_SCALES = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}
@@ -306,7 +320,7 @@ def test_gguf_writer_file_reads_as_gguf_reads_it(alignment, version, tmp_path):
     assert g.metadata["t.nested"][0].tolist() == [1, 2] and g.metadata["t.nested"][1].tolist() == [3]
     assert g.metadata["t.nested"][0].dtype == np.int32
     assert g.metadata["t.array.float64"].dtype == np.float64 and g.metadata["t.false"] is False
-    assert_same_tensors(g, reader)
+    assert_same_tensors(g, reader, into_every_way=True)
     assert {t.kind for t in g.tensors.values()} == {name for name, _, _ in QUANT_TYPES.values()}
 
 
@@ -331,3 +345,21 @@ def test_smollm2_file_conventions():
     emb = g.tensors["token_embd.weight"]
     assert (emb.shape, emb.kind) == ((49152, 576), "Q8_0")
     assert g.tensors["blk.0.attn_k.weight"].shape == (192, 576)
+
+
+def test_only_a_matrix_gets_its_rows_reordered_on_the_stored_blocks():
+    """W^q's rows (ggml's rotary pairs) reorder on the stored blocks; a vector (a bias) and a shifted norm are
+    read and copied instead (their values would move within blocks, or change)."""
+    from qkv_cli.models.formats.gguf.mapping import _into
+    from qkv_cli.models.formats.safetensors import Tensor
+
+    calls = []
+
+    def into(out, order=None):
+        calls.append(order)
+
+    matrix, vector = Tensor((4, 32), "Q8_0", None, "f", None, into), Tensor((4,), "F32", None, "f", None, into)
+    _into(matrix, np.array([0, 2, 1, 3]))(None)
+    assert calls[0].tolist() == [0, 2, 1, 3]
+    assert _into(matrix, None) is into and _into(matrix, False) is None
+    assert _into(vector, np.array([0, 2, 1, 3])) is None and _into(vector, None) is into

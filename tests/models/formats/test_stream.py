@@ -11,6 +11,8 @@ from helpers import smollm2_gguf
 from qkv_cli.errors import QkvError
 from qkv_cli.models import load_model
 from qkv_cli.models.formats.gguf.reader import _row_reader
+from qkv_cli.models.formats.safetensors import Tensor, Tensors
+from qkv_cli.models.formats.stream import Buffers, Reused
 from qkv_cli.models.quants.dequantize import QUANT_TYPES, dequantize
 from qkv_cli.pipeline.generate import generate
 
@@ -149,3 +151,70 @@ def test_a_single_pass_keeps_no_layer_and_a_second_keeps_them(smollm2_pair):
     assert len(blocks._kept) == 0
     model.forward(ids)
     assert len(blocks._kept) == min(blocks.resident, len(blocks))
+
+
+def test_a_buffer_is_reused_once_no_array_made_from_it_lives():
+    pool = Buffers(np.float32, limit=10**6)
+    a = pool.take((3, 4))
+    a[:] = 1
+    view = a[1:].T  # a view of a view: its base is the buffer
+    del a
+    b = pool.take((3, 4))  # the first buffer is still seen through `view`: a new one
+    assert pool.made == 2 and not np.shares_memory(b, view)
+    del view, b
+    c = pool.take((4, 3))  # same size, another shape: either buffer, no new one
+    assert pool.made == 2 and c.shape == (4, 3) and c.flags.c_contiguous and c.dtype == np.float32
+    d = pool.take((2, 6))
+    assert pool.made == 2 and not np.shares_memory(c, d)
+    e = pool.take((5,))  # another size: a new buffer
+    assert pool.made == 3 and e.shape == (5,)
+
+
+def test_the_pool_keeps_at_most_its_limit():
+    pool = Buffers(np.float64, limit=3 * 800)  # three buffers of 100 float64
+    held = [pool.take((100,)) for _ in range(5)]  # all in use: five made, the pool lets the oldest go
+    assert pool.made == 5 and len(pool._pool) == 3
+    assert all(any(np.shares_memory(h, b) for h in held) for b in pool._pool)
+    del held
+    again = [pool.take((100,)) for _ in range(3)]
+    assert pool.made == 5 and len(again) == 3
+
+
+def test_reused_reads_equal_plain_reads(smollm2_pair):
+    """Tensors written into reused buffers (GGUF: dequantized in place, W^q and W^k's rows unpermuted on the
+    stored blocks) equal the plain reads, and [W^q; W^k; W^v] equals their concatenation, in float64 and float32."""
+    for dtype in ("float64", "float32"):
+        w = Tensors(smollm2_pair[0].params.blocks._build.args[0].tensors, np.dtype(dtype), "SmolLM2")
+        reader = Reused(w, Buffers(dtype, limit=10**8))
+        keys = [f"layers.3.self_attn.{x}_proj.weight" for x in "qkv"]
+        joined = reader.join(keys)
+        np.testing.assert_array_equal(joined, np.concatenate([w(k) for k in keys]))
+        assert joined.dtype == np.dtype(dtype) and joined.flags.c_contiguous
+        for key in (*keys, "layers.3.mlp.down_proj.weight", "layers.3.input_layernorm.weight"):
+            np.testing.assert_array_equal(reader(key), w(key))
+        assert reader._buffers.made == 3  # joined, q and down_proj (k, v and the norm: under POOLED_BYTES)
+
+
+def test_a_streamed_pass_reuses_its_buffers(smollm2_pair):
+    _, model = smollm2_pair  # nothing resident: 30 layers read, 5 pooled tensors each (qkv, o, gate, up, down)
+    pool = model.params.blocks._build.args[0]._buffers
+    before = pool.made
+    model.forward(model.tokenize("One pass, thirty layers").ids)
+    assert pool.made - before <= 2 * 5 < 30 * 5
+
+
+FINITE = [([1.0, 2.0], False), ([3e38, 3e38, -1.0], False), ([1.0, np.nan], True), ([np.inf, 1.0], True),
+          ([np.inf, -np.inf], True)]  # fmt: skip
+
+
+@pytest.mark.parametrize("values, refused", FINITE)
+def test_fill_checks_every_value_is_finite(values, refused):
+    """One sum finds NaN and inf; a sum that overflows (finite values) looks at each value before refusing."""
+    arr = np.array(values, np.float32)
+    w = Tensors({"t": Tensor(arr.shape, "F32", lambda: arr, "test")}, np.dtype(np.float32), "m")
+    out = np.empty_like(arr)
+    if refused:
+        with pytest.raises(QkvError, match=r"tensor 't' has [12] non-finite values .* the checkpoint is damaged"):
+            w.fill("t", out)
+    else:
+        np.testing.assert_array_equal(w.fill("t", out), arr)

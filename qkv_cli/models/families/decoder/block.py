@@ -152,13 +152,15 @@ def prepare(w, c: ModelConfig, dtype, tensors=None, build=None) -> Params:
     """The checkpoint's tensors as the forward pass reads them: each layer's block built on first use (formats.stream:
     read, cast, kept while the budget allows), the embedding and the head read by rows. tensors, build: a family's
     own tensor names (name -> (shape, role)) and block builder (Llama 4's experts)."""
-    from qkv_cli.models.formats.stream import Layers, RowMatrix
+    from qkv_cli.models.formats.stream import Layers, RowMatrix, reused
 
     names = {role: name for name, (_, role) in (tensors or tensor_names(c)).items()}
     itemsize = np.dtype(dtype).itemsize
     per_layer = [[n for role, n in names.items() if role.startswith(f"{l}.")] for l in range(c.n_layers)]
-    build = partial(build or prepare_block, w, c, names)
-    blocks = Layers(build, c.n_layers, [w.nbytes(itemsize, k) for k in per_layer])
+    layer_bytes = [w.nbytes(itemsize, k) for k in per_layer]
+    read = reused(w, dtype, 2 * max(layer_bytes, default=0))  # the layers' tensors into buffers reused layer to layer
+    build = partial(build or prepare_block, read, c, names)
+    blocks = Layers(build, c.n_layers, layer_bytes)
     E = RowMatrix(w, names["embed"], (c.vocab_size, c.d), dtype)
     if "__head__" in w:
         head = RowMatrix(w, "__head__", (c.vocab_size, c.d), dtype)
@@ -207,7 +209,7 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Decod
     else:
         bias = [get(p + x + ".b") for x in "qkv"]
         qkv = Linear(
-            np.concatenate([get(p + x + ".w") for x in "qkv"]),
+            _joined(w, [names[p + x + ".w"] for x in "qkv"]),  # [W^q; W^k; W^v]: (tau + 2 G) d_k rows
             None if bias[0] is None else np.concatenate(bias),
             out_in=True,
         )
@@ -225,6 +227,13 @@ def prepare_block(w, c: ModelConfig, names: dict, l: int, experts=None) -> Decod
         moe = moe_config.weights(get, c, l, None if experts is None else experts(get, l))
         return DecoderLayer(attn, norms, None, None, None, moe)
     return DecoderLayer(attn, norms, up, gate, linear(p + "down"))
+
+
+def _joined(w, keys):  # [k_i, d] each -> [sum k_i, d]
+    """The tensors' rows one after the other: written in place into a reused buffer by formats.stream.Reused."""
+    from qkv_cli.models.formats.stream import Reused
+
+    return w.join(keys) if isinstance(w, Reused) else np.concatenate([w(key) for key in keys])
 
 
 def embed(p: Params, c: ModelConfig, ids, start: int = 0):  # [m] -> [m, d] (RoPE: positions enter later)

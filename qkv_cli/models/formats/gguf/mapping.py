@@ -13,6 +13,8 @@ gpt-oss, deepseek2 and phi3 files have their own modules (models.formats.gguf.gp
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from qkv_cli.errors import QkvError
@@ -224,22 +226,22 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
         if target is None:
             continue
         if kind in ("gemma2", "gemma3_text") and target.endswith("norm.weight"):  # stored as 1 + w
-            read = _shifted(t.read)
+            read, order = _shifted(t.read), False
         elif kind in ("llama", "mistral", "mixtral", "smollm3") and name.split(".")[-2] in heads:
             n_head = heads[name.split(".")[-2]]
             if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (2 * n_head):
                 raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not a whole number of pairs per head")
-            read = _unpermuted(t.read, n_head)
+            read, order = _unpermuted(t.read, n_head), unpermute(np.arange(t.shape[0]), n_head)
         elif kind == "gpt_neox" and name.split(".")[-2] == "attn_qkv":
             n_head = raw_config.get("num_attention_heads")
             if not isinstance(n_head, int) or n_head < 1 or t.shape[0] % (3 * n_head):
                 raise QkvError(f"GGUF tensor {name!r} has {t.shape[0]} rows: not q, k and v rows for each head")
-            read = _regrouped(t.read, n_head)
+            read, order = _regrouped(t.read, n_head), per_head(np.arange(t.shape[0]), n_head)
         else:
-            read = t.read
+            read, order = t.read, None
         if kind in ("gemma2", "gemma3_text") and name.startswith("blk.") and ".ffn_norm." in name:
             target = target.replace("post_attention_layernorm", "pre_feedforward_layernorm")
-        out[target] = Tensor(t.shape, t.kind, read, t.source, t.rows if read is t.read else None)
+        out[target] = Tensor(t.shape, t.kind, read, t.source, t.rows if read is t.read else None, _into(t, order))
     if kind == "gpt_oss":  # sinks, router and experts (gguf_gpt_oss)
         from qkv_cli.models.formats.gguf.gpt_oss import gpt_oss_tensors
 
@@ -247,6 +249,15 @@ def hf_tensors(meta: dict, tensors: dict[str, Tensor], raw_config: dict) -> dict
     if arch in OWN_MODULES:  # DeepSeek's kv_b_proj joined, Phi-3's q, k, v apart joined, Llama 4's experts ...
         return own_module(arch).tensors(out, tensors, raw_config)
     return out
+
+
+def _into(t: Tensor, order):
+    """What fills a reused array with the tensor as read: the stored tensor's `into` (order None), its rows in
+    `order` (a permutation of a matrix's rows, applied to the stored blocks), or none (order False: the values
+    change; a vector's order: it would move values within blocks)."""
+    if t.into is None or order is False or (order is not None and len(t.shape) != 2):
+        return None
+    return t.into if order is None else partial(t.into, order=order)
 
 
 def _shifted(read):
