@@ -68,7 +68,8 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
     """Activation patching: run CLEAN and CORRUPTED, copy one activation of one run into the other (each layer's
     residual stream, attention or MLP output at one position; one head's output, queries, keys, values or
     weights), and measure how much of --answer comes back at the last position. Recovery 0 is the corrupted
-    run, 1 the clean run; the table lists the patches that recover most."""
+    run, 1 the clean run; the table lists the patches that recover most. On an encoder-decoder, CLEAN and
+    CORRUPTED are two sources, --target the decoder's text and --attention the stack patched."""
     from qkv_cli.api.patches import patching
     from qkv_cli.views.console.patch import emit
 

@@ -118,6 +118,9 @@ def test_the_api_is_the_commands_door(t5):
     p = qkv.patch(CLEAN, CORRUPTED, model=str(t5), answer="est", wrong="assis", what=["k"], target=TARGET,
                   side="cross")  # fmt: skip
     np.testing.assert_array_equal(p.recovery("k"), np.array(doc["recovery"]["k"]))
+    fig = p.heatmap()
+    assert fig.qkv_meta[0].endswith("--attention cross") and fig.axes[0].get_ylabel() == "decoder layer"
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["0", "1", "2"]
 
 
 def test_no_target_reads_the_first_target_token(t5):

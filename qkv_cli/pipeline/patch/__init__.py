@@ -1,3 +1,4 @@
 """qkv patch: activation patching. Two cached runs and the sweep that recomputes only the layers from the patched
 one (engine.py), the intervention points and their edits (hooks.py), the metrics (metric.py), the choices of --what,
---metric and --direction (names.py), and what a sweep returns (result.py)."""
+--metric and --direction (names.py), and what a sweep returns (result.py); an encoder-decoder's sweep over its
+encoder, decoder or cross-attention, two sources and one teacher-forced target (encdec.py)."""

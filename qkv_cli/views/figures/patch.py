@@ -33,12 +33,16 @@ def draw(p: Patching):
         image = ax.imshow(p.recovery[w], cmap=cmap, norm=norm, interpolation="nearest", aspect="auto")
         idx, short = tick_labels([clean(s) for s in p.column_labels(w)])
         ax.set_xticks(idx, short, rotation=90, fontsize=max(5.0, min(8.0, 160 / max(len(short), 1))))
-        ax.set_ylabel("layer", fontsize=9)
+        rows = p.recovery[w].shape[0]
+        ax.set_yticks(range(0, rows, max(1, rows // 10)))  # whole layers, also for a model of one layer
+        stack = "" if p.side is None else ("encoder " if p.side == "encoder" else "decoder ")
+        ax.set_ylabel(f"{stack}layer", fontsize=9)
         ax.set_title(w, fontsize=11)
         x += wide + margin
     bar = fig.add_axes(((x - margin + 0.3) / width, 1.3 / (height + 2.0), 0.15 / width, height / (height + 2.0)))
     fig.colorbar(image, cax=bar).set_label("recovery (0 corrupted, 1 clean)", fontsize=9)
     title = f"{clean(p.model)}: activation patching, {p.direction}, {p.metric}"
+    title += "" if p.side is None else f", --attention {p.side}"
     names = f"clean: {clean(p.clean)}   corrupted: {clean(p.corrupted)}"
     fig.text(0.3 / width, 1 - 0.35 / (height + 2.0), title, fontsize=13, weight="bold", parse_math=False)
     fig.text(0.3 / width, 1 - 0.65 / (height + 2.0), names[:160], fontsize=8.5, color="#555555", parse_math=False)

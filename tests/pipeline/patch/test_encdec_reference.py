@@ -49,7 +49,7 @@ class Hooked:
 
     def __init__(self, torch, model, side: str, tau: int):
         self.torch, self.model, self.side, self.tau = torch, model, side, tau
-        self.parts = (lambda l: t5_parts(model, side, l)) if model.config.model_type == "t5" else (
+        self.parts = (lambda l: t5_parts(model, side, l)) if model.config.model_type in ("t5", "mt5", "umt5") else (
             lambda l: bart_parts(model, side, l))  # fmt: skip
         self.dk = self.parts(0)[2].in_features // tau
 
@@ -174,10 +174,10 @@ def test_every_recovery_of_t5_equals_transformers_with_hooks(built, side):
     assert result.recovery["v"].shape == ((2, 4) if side == "encoder" else (3, 4))
 
 
-@pytest.mark.parametrize("name", ["bart", "marian"])
-def test_bart_and_marian_cross_attention(built, name):
-    """Post-norm stacks with learned (BART) or sinusoidal (Marian) positions: the cross-attention's grids and the
-    encoder's source positions."""
+@pytest.mark.parametrize("name", ["mt5", "umt5", "bart", "marian"])
+def test_mt5_umt5_bart_and_marian(built, name):
+    """mT5, UMT5 (a position-bias table per layer), and post-norm stacks with learned (BART) or sinusoidal (Marian)
+    positions: the cross-attention's grids and the encoder's source positions."""
     check(name, built, "cross")
     check(name, built, "encoder", ("resid", "v"))
 
