@@ -21,7 +21,7 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
     from qkv_cli.pipeline.patch import engine
 
     if clean is None or corrupted is None:
-        raise QkvError("qkv patch takes two prompts: CLEAN (the model gives the answer) and CORRUPTED (as many tokens)")
+        raise QkvError("qkv patch takes two prompts: CLEAN (the model gives the answer) and CORRUPTED (a word changed)")
     if values.get("answer") is None:
         raise QkvError("qkv patch needs --answer TEXT: the clean prompt's next token, whose recovery is measured")
     for name, text in (("clean", clean), ("corrupted", corrupted)):
@@ -43,7 +43,7 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
         raise QkvError(f"model must be a name, a path or qkv.load(...)'s result, got {type(model).__name__}")
     kernel, keep = values.get("kernel") or "vectorized", bool(values.get("attention"))
     return engine.patch(model, clean, corrupted, values.get("answer"), values.get("wrong"), what, metric, direction,
-                        kernel, limit, attention=keep)  # fmt: skip
+                        kernel, limit, attention=keep, position=values.get("position"))  # fmt: skip
 
 
 class PatchResult:
@@ -108,13 +108,14 @@ class PatchResult:
 def patch(clean: str, corrupted: str, model=None, *, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", dtype: str | None = None,
           kernel: str = "vectorized", max_memory: int | str | None = None,
-          attention: bool = True) -> PatchResult:  # fmt: skip
+          attention: bool = True, position: int | None = None) -> PatchResult:  # fmt: skip
     """Activation patching, as ``qkv patch`` does: run ``clean`` and ``corrupted`` on ``model`` (a name, a path or
     ``qkv.load(...)``), copy each activation named by ``what`` (resid, attn, mlp, heads, q, k, v, pattern) from one
     run into the other, and measure how much of the ``answer`` comes back -> a ``PatchResult``. ``metric``:
     logit-diff (the default with ``wrong``), prob or kl; ``direction``: denoise (clean into corrupted) or noise.
-    ``attention``: also keep both runs' attention weights, which ``page()`` shows. Raises ``QkvError`` on bad
-    input."""
+    ``attention``: also keep both runs' attention weights, which ``page()`` shows. ``position``: the clean prompt's
+    answer position (default: a decoder's last, a masked LM's one [MASK]). Prompts of two lengths are paired as
+    ``qkv compare`` aligns texts (``labels("resid")`` names the pairs). Raises ``QkvError`` on bad input."""
     values = dict(answer=answer, wrong=wrong, what=what, metric=metric, direction=direction, dtype=dtype,
-                  kernel=kernel, max_memory=max_memory, attention=attention)  # fmt: skip
+                  kernel=kernel, max_memory=max_memory, attention=attention, position=position)  # fmt: skip
     return PatchResult(patching(clean, corrupted, model, values))
