@@ -1,3 +1,4 @@
 """qkv patch: activation patching. Two cached runs and the sweep that recomputes only the layers from the patched
-one (engine.py), the intervention points and their edits (hooks.py), the metrics (metric.py), the choices of --what,
---metric and --direction (names.py), and what a sweep returns (result.py)."""
+one (engine.py), the intervention points and their edits (hooks.py), which positions of the two prompts are paired
+and where the answer is read (pairs.py), the metrics (metric.py), the choices of --what, --metric and --direction
+(names.py), and what a sweep returns (result.py)."""
