@@ -48,13 +48,15 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
 
 class PatchResult:
     """Every patch's recovery: ``recovery(what)`` (L, m) for resid/attn/mlp, (L, tau) for heads/q/pattern, (L, G)
-    for k/v; ``metric_clean``, ``metric_corrupted``, ``labels(what)``, ``top(n)``, ``heatmap()``, ``page()``."""
+    for k/v; ``metric_clean``, ``metric_corrupted``, ``answer_position`` (clean, corrupted), ``labels(what)``,
+    ``pairs()``, ``top(n)``, ``heatmap()``, ``page()``."""
 
     def __init__(self, result):
         self.result = result
 
     def __getattr__(self, name):
-        if name in ("what", "metric", "direction", "metric_clean", "metric_corrupted", "model", "n_layers", "tau"):
+        if name in ("what", "metric", "direction", "metric_clean", "metric_corrupted", "model", "n_layers", "tau",
+                    "answer_position"):  # fmt: skip
             return getattr(self.result, name)
         raise AttributeError(f"a qkv PatchResult has no {name!r}")
 
@@ -72,6 +74,11 @@ class PatchResult:
 
     def labels(self, what: str | None = None) -> list[str]:
         return self.result.column_labels(self.result.what[0] if what is None else what)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """(clean position, corrupted position) of each column of recovery("resid"): (i, i) for prompts of one
+        length; prompts of two lengths pair their common start and end."""
+        return self.result.paired()
 
     def top(self, n: int | None = 10) -> list[dict]:
         """The patches that recover most (denoise; noise: the lowest recovery first), over every what."""

@@ -106,6 +106,9 @@ def test_the_python_api_is_the_commands_door(gpt2):
 
     p = qkv.patch(CLEAN, CORRUPTED, model=str(gpt2), answer="mat", wrong="cat", what=["resid", "q"])
     assert p.recovery("resid").shape == (2, 5) and p.recovery("q").shape == (2, 4)
+    assert p.answer_position == (4, 4) and p.pairs() == [(i, i) for i in range(5)]
+    longer = qkv.patch(CLEAN, "the dog ran far and sat on the", model=str(gpt2), answer="mat", position=3)
+    assert longer.answer_position == (3, 6) and longer.pairs() == [(0, 0), (2, 5), (3, 6), (4, 7)]
     assert p.top(1)[0]["recovery"] == max(p.recovery("resid").max(), p.recovery("q").max())
     assert "<html" in p.page().html and p.heatmap() is not None
     with pytest.raises(qkv.QkvError, match="'mlp' was not patched"):
