@@ -88,6 +88,12 @@ def test_position_names_where_the_answer_is_read(gpt2):
     assert_one_line_error(patch(gpt2, "--position", "9"), "--position 9 is outside", "5 tokens")
 
 
+def test_an_encoder_without_a_masked_lm_head_is_one_line(tmp_path):
+    bert = make_checkpoint(tmp_path / "bert", "bert")  # the encoder only, as a sentence-transformer stores it
+    r = invoke(["patch", CLEAN, CORRUPTED, "--model", bert, "--answer", "mat", "--position", "2"])
+    assert_one_line_error(r, "has no masked-LM head", "cls.predictions")
+
+
 def test_a_budget_too_small_is_refused_with_figures(gpt2):
     assert_one_line_error(patch(gpt2, "--max-memory", "10KB"), "needs about", "--max-memory")
 

@@ -161,7 +161,8 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
                  f"--what {' '.join(what)})", given=("fewer --what",) if len(what) == 1 else ())  # fmt: skip
     runner = Runner(model, m_c, kernel)
     src_ids, dst_ids = (tok_c.ids, tok_x.ids) if direction == "denoise" else (tok_x.ids, tok_c.ids)
-    src_at, dst_at = (pairs.at_clean, pairs.at_corrupted)[:: 1 if direction == "denoise" else -1]
+    ats = (pairs.at_clean, pairs.at_corrupted)  # where each run's metric is read
+    src_at, dst_at = ats if direction == "denoise" else ats[::-1]
     recorder = Recorder((*what, "pattern") if attention else what, c.n_layers)
     src_hidden, z_src = runner.run(src_ids, recorder, src_at)
     if recorder.missing():
