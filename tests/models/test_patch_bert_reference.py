@@ -194,3 +194,24 @@ def test_the_shipped_minilm_has_no_masked_lm_head_and_is_refused():
     ours = load_model(minilm_dir(), dtype="float64")
     with pytest.raises(QkvError, match="has no masked-LM head"):
         patch(ours, CLEAN, CORRUPTED, "paris", "rome")
+
+
+@pytest.mark.parametrize("corrupted, fragments", [
+    ("The [MASK] of France is paris.", ("clean prompt's [MASK] is at 6", "corrupted prompt's at 2", "partner (6)")),
+    ("The capital of Italy is a [MASK] city", ("9 tokens and the corrupted one 10", "answer position 6 ('[MASK]')")),
+])  # fmt: skip
+def test_masks_that_do_not_pair_are_refused_before_any_forward(built, monkeypatch, corrupted, fragments):
+    from qkv_cli.pipeline.patch import engine
+
+    _, ours, _ = built
+    monkeypatch.setattr(engine.Runner, "run", lambda *a, **k: pytest.fail("a forward ran before the refusal"))
+    with pytest.raises(QkvError) as err:
+        patch(ours, CLEAN, corrupted, "paris", "rome")
+    for f in fragments:
+        assert f in str(err.value)
+
+
+def test_two_masks_in_the_clean_prompt_need_a_position(built):
+    _, ours, _ = built
+    with pytest.raises(QkvError, match=r"2 \[MASK\] tokens \(at 5, 6\): give --position N"):
+        patch(ours, "The capital of France [MASK] [MASK].", CORRUPTED, "paris", "rome")
