@@ -22,6 +22,7 @@ from qkv_cli.pipeline.compare_align import align
 
 MASKS = ("[MASK]", "<mask>")  # the mask token of BERT-style vocabularies (RoBERTa's spelling too)
 WHOLE = ("pattern",)  # a head's weights over all keys: position-wise only when both prompts have one length
+ROTATED = ("q", "k")  # patched after RoPE: a row carries its position's rotation, so it moves only to its own place
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,11 @@ def pair(model, tok_c, tok_x, position: int | None, causal: bool, what=()) -> Pa
                            "a position into its partner, so give prompts of one length or with a common start or "
                            "end") from None  # fmt: skip
         clean, corrupted = a.a, a.b
+        moved = [w for w in what if w in ROTATED] if model.config.rope is not None and a.suffix else []
+        if moved:
+            raise QkvError(f"{lengths}: --what {' '.join(moved)} copies queries or keys after RoPE, which carry their "
+                           "position's rotation, and the common end sits at other positions in the two prompts; "
+                           "patch resid, attn, mlp, heads or v, or give prompts of one length")  # fmt: skip
     at_c = _answer_position(model, ids_c, tok_c.labels, position, causal)
     partner = {int(a): int(b) for a, b in zip(clean, corrupted, strict=True)}
     if at_c not in partner:

@@ -77,6 +77,19 @@ def test_position_on_a_decoder_reads_the_metric_there(gpt2):
     assert (p.recovery["resid"][:, 3:] == 0).all()
 
 
+def test_rotated_queries_and_keys_are_not_moved_to_other_positions(tmp_path, monkeypatch):
+    """A RoPE decoder's Q and K are patched after the rotation: the common end sits at 2..4 of the clean prompt and
+    5..7 of the longer one, so --what q and k are refused there (v, which RoPE leaves alone, is not)."""
+    tied = {"tie_word_embeddings": True}  # the output head is E
+    llama = load_model(make_checkpoint(tmp_path / "llama", "llama", config_overrides=tied), dtype="float64")
+    assert run(llama, what=("v",)).recovery["v"].shape == (2, 2)
+    monkeypatch.setattr(engine.Runner, "run", never)
+    with pytest.raises(
+        QkvError, match=r"5 tokens and the corrupted one 8: --what q k copies queries or keys after RoPE"
+    ):
+        run(llama, what=("q", "k", "v"))
+
+
 def never(*args, **kwargs):
     raise AssertionError("a forward ran before the refusal")
 
