@@ -21,7 +21,7 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
     from qkv_cli.pipeline.patch import engine
 
     if clean is None or corrupted is None:
-        raise QkvError("qkv patch takes two prompts: CLEAN (the model gives the answer) and CORRUPTED (as many tokens)")
+        raise QkvError("qkv patch takes two prompts: CLEAN (the model gives the answer) and CORRUPTED (a word changed)")
     if values.get("answer") is None:
         raise QkvError("qkv patch needs --answer TEXT: the clean prompt's next token, whose recovery is measured")
     for name, text in (("clean", clean), ("corrupted", corrupted)):
@@ -45,7 +45,7 @@ def patching(clean: str, corrupted: str, model, values: dict, download: bool = F
     if model.is_encoder_decoder or values.get("target") is not None or values.get("side") is not None:
         return encdec_patching(model, clean, corrupted, values, what, metric, direction, limit, keep)
     return engine.patch(model, clean, corrupted, values.get("answer"), values.get("wrong"), what, metric, direction,
-                        kernel, limit, attention=keep)  # fmt: skip
+                        kernel, limit, attention=keep, position=values.get("position"))  # fmt: skip
 
 
 def encdec_patching(model, clean, corrupted, values: dict, what, metric, direction, limit, keep):
@@ -58,6 +58,9 @@ def encdec_patching(model, clean, corrupted, values: dict, what, metric, directi
         flag = "--target" if values.get("target") is not None else f"--attention {side}"
         raise QkvError(f"{flag} needs an encoder-decoder model (t5, bart, marian): {model.name} is a "
                        f"{model.config.family} model; patch its prompts without it")  # fmt: skip
+    if values.get("position") is not None:
+        raise QkvError(f"--position names a decoder's or a masked LM's answer position: {model.name} is an "
+                       "encoder-decoder, whose answer is the token after --target")  # fmt: skip
     target = values.get("target")
     if target is not None and not isinstance(target, str):
         raise QkvError(f"target must be str, got {type(target).__name__}")
@@ -67,13 +70,15 @@ def encdec_patching(model, clean, corrupted, values: dict, what, metric, directi
 
 class PatchResult:
     """Every patch's recovery: ``recovery(what)`` (L, m) for resid/attn/mlp, (L, tau) for heads/q/pattern, (L, G)
-    for k/v; ``metric_clean``, ``metric_corrupted``, ``labels(what)``, ``top(n)``, ``heatmap()``, ``page()``."""
+    for k/v; ``metric_clean``, ``metric_corrupted``, ``answer_position`` (clean, corrupted), ``labels(what)``,
+    ``pairs()``, ``top(n)``, ``heatmap()``, ``page()``."""
 
     def __init__(self, result):
         self.result = result
 
     def __getattr__(self, name):
-        if name in ("what", "metric", "direction", "metric_clean", "metric_corrupted", "model", "n_layers", "tau"):
+        if name in ("what", "metric", "direction", "metric_clean", "metric_corrupted", "model", "n_layers", "tau",
+                    "answer_position"):  # fmt: skip
             return getattr(self.result, name)
         raise AttributeError(f"a qkv PatchResult has no {name!r}")
 
@@ -91,6 +96,11 @@ class PatchResult:
 
     def labels(self, what: str | None = None) -> list[str]:
         return self.result.column_labels(self.result.what[0] if what is None else what)
+
+    def pairs(self) -> list[tuple[int, int]]:
+        """(clean position, corrupted position) of each column of recovery("resid"): (i, i) for prompts of one
+        length; prompts of two lengths pair their common start and end."""
+        return self.result.paired()
 
     def top(self, n: int | None = 10) -> list[dict]:
         """The patches that recover most (denoise; noise: the lowest recovery first), over every what."""
@@ -127,16 +137,19 @@ class PatchResult:
 def patch(clean: str, corrupted: str, model=None, *, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", dtype: str | None = None,
           kernel: str = "vectorized", max_memory: int | str | None = None,
-          attention: bool = True, target: str | None = None, side: str | None = None) -> PatchResult:  # fmt: skip
+          attention: bool = True, position: int | None = None, target: str | None = None,
+          side: str | None = None) -> PatchResult:  # fmt: skip
     """Activation patching, as ``qkv patch`` does: run ``clean`` and ``corrupted`` on ``model`` (a name, a path or
     ``qkv.load(...)``), copy each activation named by ``what`` (resid, attn, mlp, heads, q, k, v, pattern) from one
     run into the other, and measure how much of the ``answer`` comes back -> a ``PatchResult``. ``metric``:
     logit-diff (the default with ``wrong``), prob or kl; ``direction``: denoise (clean into corrupted) or noise.
-    ``attention``: also keep both runs' attention weights, which ``page()`` shows. Raises ``QkvError`` on bad
-    input. An encoder-decoder (T5, BART, Marian): ``clean`` and ``corrupted`` are two sources, ``target`` the
-    decoder's text (the same in both runs, ``answer`` its next token), ``side`` what is patched (``--attention``):
-    ``"encoder"``, ``"decoder"`` or ``"cross"`` (the default)."""
+    ``attention``: also keep both runs' attention weights, which ``page()`` shows. ``position``: the clean prompt's
+    answer position (default: a decoder's last, a masked LM's one [MASK]). Prompts of two lengths are paired as
+    ``qkv compare`` aligns texts (``labels("resid")`` names the pairs). An encoder-decoder (T5, BART, Marian):
+    ``clean`` and ``corrupted`` are two sources, ``target`` the decoder's text (the same in both runs, ``answer`` its
+    next token), ``side`` what is patched (``--attention``): ``"encoder"``, ``"decoder"`` or ``"cross"`` (the
+    default). Raises ``QkvError`` on bad input."""
     values = dict(answer=answer, wrong=wrong, what=what, metric=metric, direction=direction, dtype=dtype,
-                  kernel=kernel, max_memory=max_memory, attention=attention)  # fmt: skip
+                  kernel=kernel, max_memory=max_memory, attention=attention, position=position)  # fmt: skip
     values |= {"target": target, "side": side}
     return PatchResult(patching(clean, corrupted, model, values))

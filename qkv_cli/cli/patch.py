@@ -1,4 +1,5 @@
-"""`qkv patch`: activation patching of a decoder, the two prompts' activations copied one into the other."""
+"""`qkv patch`: activation patching of a decoder or a masked LM, the two prompts' activations copied one into the
+other."""
 
 from typing import Annotated
 
@@ -31,9 +32,14 @@ Direction = choices("Direction", DIRECTIONS)
 CleanArg = Annotated[str | None, typer.Argument(metavar="CLEAN", show_default=False, help="The clean prompt: the "
                      "model gives the answer.")]  # fmt: skip
 CorruptedArg = Annotated[str | None, typer.Argument(metavar="CORRUPTED", show_default=False, help="The corrupted "
-                         "prompt: as many tokens, a word changed so the answer changes.")]  # fmt: skip
+                         "prompt: a word changed so the answer changes (as many tokens, or a common start or end "
+                         "around the change: the positions are then paired as qkv compare aligns texts).")]  # fmt: skip
 PatchModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME|PATH", show_default=False, help="The "
-                          "decoder checkpoint: a folder, a .gguf, a cache or package name (qkv models).")]  # fmt: skip
+                          "checkpoint, a decoder or a BERT masked LM: a folder, a .gguf, a cache or package name (qkv "
+                          "models).")]  # fmt: skip
+AnswerPositionOpt = Annotated[int | None, typer.Option("--position", metavar=INT, min=0, show_default=False,
+                              help="Where the answer is read: a position of the clean prompt, from 0 (default: a "
+                              "decoder's last position, a masked LM's one [MASK]).")]  # fmt: skip
 AnswerOpt = Annotated[str | None, typer.Option("--answer", metavar="TEXT", show_default=False, help="The clean "
                       "prompt's next token, one token of the vocabulary (mind a leading space: ' Mary').")]  # fmt: skip
 WrongOpt = Annotated[str | None, typer.Option("--wrong", metavar="TEXT", help="The corrupted prompt's answer; "
@@ -59,7 +65,8 @@ PatchPageOpt = Annotated[str | None, typer.Option("--page", metavar=PATH, help="
              "--answer ' Paris' --wrong ' Rome' --what resid")  # fmt: skip
 @takes(BUDGET)
 def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts, model: PatchModelOpt = None,
-          answer: AnswerOpt = None, wrong: WrongOpt = None, what: WhatOpt = None, metric: MetricOpt = None,
+          answer: AnswerOpt = None, wrong: WrongOpt = None, position: AnswerPositionOpt = None,
+          what: WhatOpt = None, metric: MetricOpt = None,
           direction: DirectionOpt = Direction.denoise, dtype: DtypeOpt = Dtype.float64,
           kernel: KernelOpt = "vectorized", download: DownloadOpt = False, precision: PrecisionOpt = 3,
           format: TableJsonOpt = TableJson.table, top: PatchTopOpt = 10, save_npz: SaveNpzOpt = None,
@@ -67,16 +74,17 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
           side: PatchSideOpt = None):  # fmt: skip
     """Activation patching: run CLEAN and CORRUPTED, copy one activation of one run into the other (each layer's
     residual stream, attention or MLP output at one position; one head's output, queries, keys, values or
-    weights), and measure how much of --answer comes back at the last position. Recovery 0 is the corrupted
-    run, 1 the clean run; the table lists the patches that recover most. On an encoder-decoder, CLEAN and
-    CORRUPTED are two sources, --target the decoder's text and --attention the stack patched."""
+    weights), and measure how much of --answer comes back at the answer position (a decoder's last, a masked LM's
+    [MASK], or --position). Recovery 0 is the corrupted run, 1 the clean run; the table lists the patches that
+    recover most. On an encoder-decoder, CLEAN and CORRUPTED are two sources, --target the decoder's text and
+    --attention the stack patched."""
     from qkv_cli.api.patches import patching
     from qkv_cli.views.console.patch import emit
 
     check_outputs(save_npz, out, page)
     values = dict(opts) | {"attention": page is not None}
     values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
-               "dtype": dtype, "kernel": kernel}  # fmt: skip
+               "dtype": dtype, "kernel": kernel, "position": position}  # fmt: skip
     values |= {"target": target, "side": side}  # an encoder-decoder's (pipeline.patch.encdec)
     result = patching(clean, corrupted, model, values, download=download)
     emit(result, format.value, top, precision, save_npz)

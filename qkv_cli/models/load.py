@@ -75,6 +75,10 @@ def _build(config, stored: dict, path: Path, dtype: str, name: str, max_memory, 
             raise QkvError(f"{name}: tensor '{head}' has shape {stored[head].shape}, expected "
                            f"({config.vocab_size}, {config.d}) from its {source}")  # fmt: skip
         tensors["__head__"] = stored[head]
+    extra = getattr(family, "optional_tensors", None)  # read when present (BERT's masked-LM head), full names
+    if extra is not None:
+        held = {k: shape for k, shape in extra(config).items() if k in stored}
+        tensors |= check_weights(stored, held, ("",), name, source)
     weights = Tensors(tensors, np.dtype(dtype), name)
     itemsize = np.dtype(dtype).itemsize
     if getattr(family, "STREAMED", False):  # read layer by layer as the pass reaches it (models.formats.stream)

@@ -68,6 +68,32 @@ def test_prompts_of_two_lengths_are_one_line_naming_both(gpt2):
     assert_one_line_error(r, "5 tokens", "6")
 
 
+def test_prompts_with_a_common_start_and_end_are_paired_and_the_pairs_named(gpt2):
+    r = invoke(["patch", CLEAN, "the dog ran far and sat on the", "--model", gpt2, "--answer", "mat", "--format",
+                "json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["pairs"] == [[0, 0], [2, 5], [3, 6], [4, 7]] and doc["answer_position"] == {"clean": 4, "corrupted": 7}
+    assert doc["labels"]["resid"] == ["0 the", "2/5 sat", "3/6 on", "4/7 the"]
+    table = invoke(["patch", CLEAN, "the dog ran far and sat on the", "--model", gpt2, "--answer", "mat"]).stdout
+    assert "clean 5 tokens, corrupted 8: paired 0 and 2..4 -> 5..7; left out clean 1 'cat', corrupted 1..4 'dog ran " \
+           "far and'" in " ".join(table.split())  # fmt: skip
+
+
+def test_position_names_where_the_answer_is_read(gpt2):
+    r = patch(gpt2, "--position", "2", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["answer_position"] == {"clean": 2, "corrupted": 2}
+    assert "at the answer position (2 'sat')" in " ".join(patch(gpt2, "--position", "2").stdout.split())
+    assert_one_line_error(patch(gpt2, "--position", "9"), "--position 9 is outside", "5 tokens")
+
+
+def test_an_encoder_without_a_masked_lm_head_is_one_line(tmp_path):
+    bert = make_checkpoint(tmp_path / "bert", "bert")  # the encoder only, as a sentence-transformer stores it
+    r = invoke(["patch", CLEAN, CORRUPTED, "--model", bert, "--answer", "mat", "--position", "2"])
+    assert_one_line_error(r, "has no masked-LM head", "cls.predictions")
+
+
 def test_a_budget_too_small_is_refused_with_figures(gpt2):
     assert_one_line_error(patch(gpt2, "--max-memory", "10KB"), "needs about", "--max-memory")
 
@@ -86,6 +112,9 @@ def test_the_python_api_is_the_commands_door(gpt2):
 
     p = qkv.patch(CLEAN, CORRUPTED, model=str(gpt2), answer="mat", wrong="cat", what=["resid", "q"])
     assert p.recovery("resid").shape == (2, 5) and p.recovery("q").shape == (2, 4)
+    assert p.answer_position == (4, 4) and p.pairs() == [(i, i) for i in range(5)]
+    longer = qkv.patch(CLEAN, "the dog ran far and sat on the", model=str(gpt2), answer="mat", position=3)
+    assert longer.answer_position == (3, 6) and longer.pairs() == [(0, 0), (2, 5), (3, 6), (4, 7)]
     assert p.top(1)[0]["recovery"] == max(p.recovery("resid").max(), p.recovery("q").max())
     assert "<html" in p.page().html and p.heatmap() is not None
     with pytest.raises(qkv.QkvError, match="'mlp' was not patched"):

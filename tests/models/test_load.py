@@ -98,6 +98,18 @@ def test_shape_mismatch_names_the_tensor(tmp_path):
         load_model(folder)
 
 
+def test_an_optional_tensor_of_the_wrong_shape_is_refused_by_name(tmp_path):
+    """BERT's masked-LM head is read when present (models.families.bert.optional_tensors), and checked as the
+    encoder's tensors are."""
+
+    def edit(t):
+        t["cls.predictions.bias"] = np.zeros(7, np.float32)
+
+    folder = make_checkpoint(tmp_path / "m", "bert", tensor_edit=edit)
+    with pytest.raises(QkvError, match=r"'cls.predictions.bias' has shape \(7,\), expected \(19,\)"):
+        load_model(folder)
+
+
 def test_config_that_does_not_match_the_weights(tmp_path):
     folder = make_checkpoint(tmp_path / "m", "gpt2", config_overrides={"n_layer": 3})
     with pytest.raises(QkvError, match="lack h.2."):

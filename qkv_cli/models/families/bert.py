@@ -2,6 +2,8 @@
 
 x_0 = LN(E[ids] + P[0..m-1] + T[type_ids])
 block l:  a = MultiHead(x) (bidirectional: no mask);  x' = LN(x + a);  x'' = LN(x' + W_2 gelu(W_1 x' + b_1) + b_2)
+masked-LM head (BertForMaskedLM's cls.predictions, when the checkpoint holds it; tied to E, as BERT's configs are):
+z = LN(act(W_t x_L + b_t)) E^T + b, one score per vocabulary entry at every position.
 Checkpoint matrices are PyTorch Linear weights (out, in), used as stored (layers.Linear computes (W x^T)^T).
 """
 
@@ -21,6 +23,9 @@ from qkv_cli.models.layers.basic import ACTIVATIONS, Linear, layer_norm
 MODEL_TYPE = "bert"
 PREFIXES = ("bert.", "")
 ATTENTION_INPUT = "the layer input"
+MLM = "cls.predictions."  # the masked-LM head's tensors, outside the encoder's 'bert.' prefix
+MLM_BIAS = ("bias", "decoder.bias")  # where transformers versions store b
+MLM_TRANSFORM = ("dense.weight", "dense.bias", "LayerNorm.weight", "LayerNorm.bias")  # under MLM + "transform."
 
 
 def read_config(keys) -> dict:
@@ -92,6 +97,21 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def optional_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """The masked-LM head's tensors (full names), read when the checkpoint holds them (a sentence-transformer has
+    none); the decoder matrix is E (tied)."""
+    d, t = c.d, MLM + "transform."
+    shapes = {t + k: (d, d) if k == "dense.weight" else (d,) for k in MLM_TRANSFORM}
+    return shapes | {MLM + b: (c.vocab_size,) for b in MLM_BIAS}
+
+
+@dataclass
+class MaskedLM:
+    transform: Linear  # d -> d
+    ln: tuple[np.ndarray, np.ndarray]
+    bias: np.ndarray  # (V,)
+
+
 @dataclass
 class BertLayer:
     attn: AttentionWeights
@@ -108,6 +128,7 @@ class Params:
     T: np.ndarray  # (types, d) token-type embeddings
     ln_emb: tuple[np.ndarray, np.ndarray]
     blocks: list[BertLayer]
+    head: MaskedLM | None = None  # the masked-LM head, when the checkpoint holds it
 
 
 def prepare(w, c: ModelConfig, dtype) -> Params:
@@ -137,12 +158,22 @@ def prepare(w, c: ModelConfig, dtype) -> Params:
             )
         )
     return Params(
+        head=_masked_lm(v),
         E=v("embeddings.word_embeddings.weight"),
         P=v("embeddings.position_embeddings.weight"),
         T=v("embeddings.token_type_embeddings.weight"),
         ln_emb=(v("embeddings.LayerNorm.weight"), v("embeddings.LayerNorm.bias")),
         blocks=blocks,
     )
+
+
+def _masked_lm(v) -> MaskedLM | None:
+    t = MLM + "transform."
+    bias = next((MLM + b for b in MLM_BIAS if MLM + b in v), None)
+    if bias is None or any(t + k not in v for k in MLM_TRANSFORM):
+        return None
+    return MaskedLM(Linear(v(t + "dense.weight"), v(t + "dense.bias"), out_in=True),
+                    (v(t + "LayerNorm.weight"), v(t + "LayerNorm.bias")), v(bias))  # fmt: skip
 
 
 def embed(params: Params, c: ModelConfig, ids, start: int = 0, type_ids=None):  # [m] -> [m, d]
@@ -174,16 +205,20 @@ def hooks(c: ModelConfig, layer: int) -> Hooks:  # plain scaled dot-product atte
 
 
 def block(p: Params, c: ModelConfig, layer: int, x, mask, kernel, cache=None, start=0, values=None, into=None,
-          rows=None):  # fmt: skip
-    """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x'))."""
+          rows=None, edit=None):  # fmt: skip
+    """Post-LN: x' = LN(x + MultiHead(x)); x'' = LN(x' + FFN(x')). edit(point, value) -> value: reads or replaces
+    "attn" (MultiHead(x), W^o's output), "mlp" (FFN(x'), W_2's output) and the attention's points (pipeline.patch)."""
     b = p.blocks[layer]
     parts = self_attention(
-        x, b.attn, hooks(c, layer)._replace(values=values), mask, kernel, into=into, rows=rows
+        x, b.attn, hooks(c, layer)._replace(values=values, edit=edit), mask, kernel, into=into, rows=rows
     )  # H = x: the layer's input
-    h = parts.output + x
+    a = parts.output if edit is None else edit("attn", parts.output)
+    h = a + x
     h = layer_norm(h, *b.ln1, c.norm_eps)
     f = ACTIVATIONS[c.activation](b.ffn1(h))  # (m, d) x (d, d_ff) -> (m, d_ff)
     out = b.ffn2(f)  # (m, d_ff) x (d_ff, d) -> (m, d)
+    if edit is not None:
+        out = edit("mlp", out)
     out += h
     return layer_norm(out, *b.ln2, c.norm_eps), parts
 
@@ -194,3 +229,11 @@ def final(p: Params, c: ModelConfig, x):  # [m, d] -> [m, d]: BERT has no final 
 
 def logits(p: Params, c: ModelConfig, h):  # an encoder: no output head that predicts the next token
     return None
+
+
+def masked_lm(p: Params, c: ModelConfig, h):  # [m, d] -> [m, V], or None without the head
+    """z = LN(act(h W_t^T + b_t)) E^T + b: the scores of the token at each (masked) position."""
+    if p.head is None:
+        return None
+    t = layer_norm(ACTIVATIONS[c.activation](p.head.transform(h)), *p.head.ln, c.norm_eps)  # (m, d)
+    return t @ p.E.T + p.head.bias  # (m, d) x (d, V) -> (m, V)

@@ -14,6 +14,8 @@ A family module provides (see bert.py for the simplest, decoder.py for the share
                                     the forward pass (a KV cache holds earlier tokens' keys and values; start:
                                     their count; values: a change to V; into: a zero-filled array for the weights)
     logits(p, c, h)                 next-token scores from the final hidden state, or None (an encoder)
+    masked_lm(p, c, h)              optional, an encoder's: the masked-LM scores at every position, or None
+    optional_tensors(c)             optional: tensors outside the forward pass read when the checkpoint holds them
     ATTENTION_INPUT                 what H is for the attention of a layer, in words
   optional:
     STREAMED, fixed_keys(c)         prepare builds formats.stream.Layers (each layer read when the pass reaches it);
@@ -76,8 +78,11 @@ PROTOCOL = (
     "layer_extras",
     "STREAMED",
     "fixed_keys",
+    "masked_lm",
+    "optional_tensors",
 )
-OPTIONAL = ("HEAD", "STREAMED", "fixed_keys")  # a family may lack these (an encoder has no head; BERT is not streamed)
+# a family may lack these (an encoder has no head; BERT is not streamed; only BERT has a masked-LM head)
+OPTIONAL = ("HEAD", "STREAMED", "fixed_keys", "masked_lm", "optional_tensors")
 
 
 class Family:

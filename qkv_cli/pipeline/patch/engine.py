@@ -1,13 +1,14 @@
 """Activation patching (qkv patch): copy one activation of one run into the other and measure what comes back.
 
-    clean run C, corrupted run X (the same number of tokens); denoise: patch C's activation into X (noise: X's
-    into C); at the last position, with the metric M of the logits z (pipeline.patch.metric),
+    clean run C, corrupted run X (position i paired with position i, or as pipeline.patch.pairs pairs prompts of
+    two lengths); denoise: patch C's activation into X (noise: X's into C); at the answer position (a decoder's
+    last, a masked LM's [MASK], or --position), with the metric M of the logits z (pipeline.patch.metric),
 
         recovery = (M(patched) - M(X)) / (M(C) - M(X))          0: the corrupted run, 1: the clean run
 
 The two runs are made once: the run patched into keeps its residual stream x_0..x_L (x_l enters block l), the
 source run keeps what --what needs (pipeline.patch.hooks). A patch at layer l starts from the cached x_l (resid:
-from x_{l+1} with one position replaced) and recomputes only layers l..L-1 and the last position's logits.
+from x_{l+1} with one position replaced) and recomputes only layers l..L-1 and the answer position's logits.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.patch.hooks import WHAT, Patcher, Recorder, cache_shape, columns
 from qkv_cli.pipeline.patch.metric import METRICS, Metric
 from qkv_cli.pipeline.patch.names import DIRECTIONS
+from qkv_cli.pipeline.patch.pairs import pair as pair_positions
 from qkv_cli.pipeline.patch.result import Patching
 
 HINTS = "fewer --what, --dtype float32, or shorter prompts"
 
 
 class Runner:
-    """A decoder's forward pass in pieces: embed, layers start..L-1 (one with an edit), the last position's logits."""
+    """A forward pass in pieces: embed, layers start..L-1 (one with an edit), one position's logits (a decoder's
+    next-token scores, an encoder's masked-LM scores)."""
 
     def __init__(self, model, m: int, kernel: str = "vectorized"):
         from qkv_cli.models.model import layer_masks
@@ -35,24 +38,27 @@ class Runner:
         self.model, self.kernel = model, kernel
         self.fam, self.p, self.c = model.family, model.params, model.config
         self.masks = layer_masks(self.fam, self.c, m, m, model.dtype)
-        if "edit" not in inspect.signature(self.fam.block).parameters:
-            raise QkvError(f"qkv patch does not reach inside {model.name}'s layers ({self.c.family}): its blocks have "
-                           "no intervention points; patching runs on GPT-2 and the RoPE decoders")  # fmt: skip
+        self._masks = {m: self.masks}  # by prompt length (prompts of two lengths)
+        self.causal, self.head = answer_head(model)
 
     def block(self, l: int, x, edit=None):  # [m, d] -> [m, d]
-        from qkv_cli.models.model import check_finite
+        from qkv_cli.models.model import check_finite, layer_masks
 
-        out, _ = self.fam.block(self.p, self.c, l, x, self.masks[l], self.kernel, edit=edit)
+        m = x.shape[0]
+        if m not in self._masks:
+            self._masks[m] = layer_masks(self.fam, self.c, m, m, self.model.dtype)
+        out, _ = self.fam.block(self.p, self.c, l, x, self._masks[m][l], self.kernel, edit=edit)
         check_finite(out, l, self.model.name)
         return out
 
-    def logits(self, x):  # [m, d] leaving the last block -> [V]: the last position's next-token scores
-        z = self.fam.logits(self.p, self.c, self.fam.final(self.p, self.c, x[-1:]))
+    def logits(self, x, at: int = -1):  # [m, d] leaving the last block -> [V]: the scores at position `at`
+        row = x[at : at + 1] if at != -1 else x[-1:]
+        z = self.head(self.p, self.c, self.fam.final(self.p, self.c, row))
         if z is None:
             raise QkvError(f"{self.model.name} has no output head: patching measures the answer's logit")
         return np.asarray(z[0], dtype=np.float64)
 
-    def run(self, ids, recorder: Recorder | None = None):  # -> (hidden [L + 1] of [m, d], logits [V])
+    def run(self, ids, recorder: Recorder | None = None, at: int = -1):  # -> (hidden [L + 1] of [m, d], logits [V])
         x = self.fam.embed(self.p, self.c, np.asarray(ids, dtype=np.int64))
         hidden = [x]
         for l in range(self.c.n_layers):
@@ -60,12 +66,27 @@ class Runner:
                 recorder.layer = l
             x = self.block(l, x, recorder)
             hidden.append(x)
-        return hidden, self.logits(x)
+        return hidden, self.logits(x, at)
 
-    def tail(self, x, start: int):  # x entering block `start` -> the last position's logits [V]
+    def tail(self, x, start: int, at: int = -1):  # x entering block `start` -> the logits at position `at` [V]
         for l in range(start, self.c.n_layers):
             x = self.block(l, x)
-        return self.logits(x)
+        return self.logits(x, at)
+
+
+def answer_head(model):  # -> (causal, head(p, c, h) -> [m, V]): the scores the metric reads
+    """A decoder's next-token head, or an encoder's masked-LM head; a model whose blocks have no intervention points,
+    or an encoder without that head, is refused."""
+    fam, c = model.family, model.config
+    if "edit" not in inspect.signature(fam.block).parameters:
+        raise QkvError(f"qkv patch does not reach inside {model.name}'s layers ({c.family}): its blocks have "
+                       "no intervention points; patching runs on BERT, GPT-2 and the RoPE decoders")  # fmt: skip
+    causal = fam.layer_mask(c, 0).is_causal
+    head = fam.logits if causal else getattr(fam, "masked_lm", None)
+    if not causal and (head is None or head(model.params, c, np.zeros((1, c.d), model.dtype)) is None):
+        raise QkvError(f"{model.name} has no masked-LM head (BertForMaskedLM's cls.predictions): patching measures "
+                       "the answer's score at the masked position, so give a checkpoint saved with it")  # fmt: skip
+    return causal, head
 
 
 def check_options(what, metric: str, direction: str, wrong) -> tuple[str, ...]:
@@ -116,35 +137,39 @@ def needed_bytes(model, m: int, what) -> int:
 
 def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = None, what=("resid",),
           metric: str | None = None, direction: str = "denoise", kernel: str = "vectorized",
-          max_memory: int | None = None, reuse: bool = True, attention: bool = False) -> Patching:  # fmt: skip
+          max_memory: int | None = None, reuse: bool = True, attention: bool = False,
+          position: int | None = None) -> Patching:  # fmt: skip
     """Every patch of every --what, as the module docstring says. reuse=False: each patch runs the whole pass from
     the embedding (what bench/patch.py measures the cache against). attention: also keep both runs' attention
-    weights (L, tau, m, m) each (the page shows them)."""
+    weights (L, tau, m, m) each (the page shows them). position: the clean prompt's answer position (default: a
+    decoder's last, a masked LM's [MASK]; pipeline.patch.pairs)."""
     metric = metric or ("logit-diff" if wrong is not None else "prob")
     what = check_options(what, metric, direction, wrong)
+    causal, _ = answer_head(model)
     tok_c, tok_x = model.tokenize(clean), model.tokenize(corrupted)
+    pairs = pair_positions(model, tok_c, tok_x, position, causal, what)
     m_c, m_x = len(tok_c.ids), len(tok_x.ids)
-    if m_c != m_x:
-        raise QkvError(f"the clean prompt is {m_c} tokens and the corrupted one {m_x}: patching copies position i "
-                       "into position i, so give prompts of one length (swap words of one token each)")  # fmt: skip
     c = model.config
     a_id, a_label = one_token(model, answer, "--answer")
     w_id, w_label = (None, None) if wrong is None else one_token(model, wrong, "--wrong")
     limit = budget.default_max_memory() if max_memory is None else max_memory
     from qkv_cli.pipeline.checkpoint import check_memory
 
-    extra = 2 * c.n_layers * c.n_heads * m_c * m_c * model.dtype.itemsize if attention else 0
-    check_memory(model, needed_bytes(model, m_c, what) + extra, limit, HINTS, what=f"qkv patch ({m_c} tokens, "
+    m = max(m_c, m_x)
+    extra = c.n_layers * c.n_heads * (m_c * m_c + m_x * m_x) * model.dtype.itemsize if attention else 0
+    check_memory(model, needed_bytes(model, m, what) + extra, limit, HINTS, what=f"qkv patch ({m} tokens, "
                  f"--what {' '.join(what)})", given=("fewer --what",) if len(what) == 1 else ())  # fmt: skip
     runner = Runner(model, m_c, kernel)
     src_ids, dst_ids = (tok_c.ids, tok_x.ids) if direction == "denoise" else (tok_x.ids, tok_c.ids)
+    ats = (pairs.at_clean, pairs.at_corrupted)  # where each run's metric is read
+    src_at, dst_at = ats if direction == "denoise" else ats[::-1]
     recorder = Recorder((*what, "pattern") if attention else what, c.n_layers)
-    src_hidden, z_src = runner.run(src_ids, recorder)
+    src_hidden, z_src = runner.run(src_ids, recorder, src_at)
     if recorder.missing():
         raise QkvError(f"--what {' '.join(recorder.missing())}: {model.name}'s attention ({model.config.family}) has "
                        "no such point to patch; try --what resid attn mlp")  # fmt: skip
     seen = Recorder(("pattern",), c.n_layers) if attention else None
-    dst_hidden, z_dst = runner.run(dst_ids, seen)
+    dst_hidden, z_dst = runner.run(dst_ids, seen, dst_at)
     weights = None
     if attention:  # (clean, corrupted), each (L, tau, m, m)
         pair = np.stack(recorder.store["pattern"]), np.stack(seen.store["pattern"])
@@ -156,33 +181,40 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
         raise QkvError(f"the clean and corrupted prompts give the same {metric} ({clean_value:.6g}): there is nothing "
                        "to recover; choose prompts whose answers differ")  # fmt: skip
     recovery, raw = {}, {}
+    where = (*pairs.source_to_patched(direction), dst_at, pairs.same_length)
     for w in what:
-        cols = columns(w, m_c, c.n_heads, c.G)
+        cols = columns(w, len(pairs.clean), c.n_heads, c.G)
         raw[w] = np.empty((c.n_layers, cols))
         for l in range(c.n_layers):
             for i in range(cols):
-                raw[w][l, i] = score(_patched(runner, w, l, i, dst_hidden, src_hidden, recorder, dst_ids, reuse))
+                raw[w][l, i] = score(_patched(runner, w, l, i, dst_hidden, src_hidden, recorder, dst_ids, reuse,
+                                              where))  # fmt: skip
         recovery[w] = (raw[w] - corr_value) / (clean_value - corr_value)
     return Patching(
         what=what, recovery=recovery, metric_values=raw, metric=metric, direction=direction,
         metric_clean=clean_value, metric_corrupted=corr_value, answer=(a_id, a_label),
         wrong=None if w_id is None else (w_id, w_label), clean=clean, corrupted=corrupted,
         labels_clean=tok_c.labels, labels_corrupted=tok_x.labels, model=model.name, n_layers=c.n_layers,
-        tau=c.n_heads, G=c.G, attention=weights,
+        tau=c.n_heads, G=c.G, attention=weights, pairs=None if pairs.same_length else pairs.as_list(),
+        answer_position=(pairs.at_clean, pairs.at_corrupted),
     )  # fmt: skip
 
 
-def _patched(runner, what, l, i, dst_hidden, src_hidden, recorder, dst_ids, reuse: bool):  # -> logits [V]
-    """One patch: index i of `what` at layer l, from the cached x_l (reuse) or from the embedding (not)."""
+def _patched(runner, what, l, i, dst_hidden, src_hidden, recorder, dst_ids, reuse: bool, where):  # -> logits [V]
+    """One patch: index i of `what` at layer l, from the cached x_l (reuse) or from the embedding (not). where:
+    the paired positions (source run, run patched into), the answer position of the latter, and whether they are
+    every position of one length."""
+    src, dst, at, same_length = where
     if what == "resid":
-        if reuse and np.array_equal(dst_hidden[l + 1][i], src_hidden[l + 1][i]):
-            return runner.logits(dst_hidden[-1])  # both runs are the same there: the patch changes nothing
+        s, t = src[i], dst[i]
+        if reuse and np.array_equal(dst_hidden[l + 1][t], src_hidden[l + 1][s]):
+            return runner.logits(dst_hidden[-1], at)  # both runs are the same there: the patch changes nothing
         x = np.array(dst_hidden[l + 1] if reuse else _redo(runner, dst_ids, l + 1), order="K")
-        x[i] = src_hidden[l + 1][i]
-        return runner.tail(x, l + 1)
+        x[t] = src_hidden[l + 1][s]
+        return runner.tail(x, l + 1, at)
     x = dst_hidden[l] if reuse else _redo(runner, dst_ids, l)
-    x = runner.block(l, x, Patcher(what, i, recorder.store[what][l]))
-    return runner.tail(x, l + 1)
+    x = runner.block(l, x, Patcher(what, i, recorder.store[what][l], None if same_length else (src, dst)))
+    return runner.tail(x, l + 1, at)
 
 
 def _redo(runner, ids, upto: int):  # the residual stream entering block `upto`, computed from the embedding

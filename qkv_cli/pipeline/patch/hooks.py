@@ -20,6 +20,9 @@ What one patch replaces (one --what, one layer l, one index):
 The sub-layer's points are per position; so are the norms after them, so patching before or after a norm is the
 same patch. Q and K are patched after QK-norm and RoPE: at one position both are per token and per position, so
 this is the same patch as at the projection's output (W^q x), the two prompts having one length.
+
+Prompts of two lengths (pipeline.patch.pairs): position i is the i-th pair, source position s_i copied into its
+partner t_i; heads, q, k, v copy head j's rows at every pair and leave the unpaired positions as they were.
 """
 
 from __future__ import annotations
@@ -72,10 +75,11 @@ class Recorder:
 
 
 class Patcher:
-    """An edit that replaces index `index` of `what` with the source run's `source` (that layer's cached array)."""
+    """An edit that replaces index `index` of `what` with the source run's `source` (that layer's cached array).
+    pairs (s, t): prompts of two lengths, source position s[k] paired with position t[k] of the run patched."""
 
-    def __init__(self, what: str, index: int, source):
-        self.what, self.index, self.source = what, index, source
+    def __init__(self, what: str, index: int, source, pairs=None):
+        self.what, self.index, self.source, self.pairs = what, index, source, pairs
 
     def __call__(self, point: str, value):
         w, i = self.what, self.index
@@ -83,19 +87,26 @@ class Patcher:
             return value[0] if point == "heads" else value
         if point in ("attn", "mlp"):  # one position
             out = np.array(value)
-            out[i] = self.source[i]
+            s, t = (i, i) if self.pairs is None else (self.pairs[0][i], self.pairs[1][i])
+            out[t] = self.source[s]
             return out
         if point == "qkv":
             mats = list(value)
             at = "qkv".index(w)
             mats[at] = np.array(mats[at])
-            mats[at][i] = self.source[i]
+            self._rows(mats[at], i)
             return tuple(mats)
         heads, weights, V = value
         out = np.array(heads)
         if w == "heads":
-            out[i] = self.source[i]
+            self._rows(out, i)
         else:  # z_j = alpha_j(source) V_g(j): (m, n) x (n, d_k) -> (m, d_k)
             g = kv_heads_of(heads.shape[0], V.shape[0])[i]
             out[i] = self.source[i] @ V[g]
         return out
+
+    def _rows(self, out, j):  # head j's rows: every position (one length), or each pair's partner
+        if self.pairs is None:
+            out[j] = self.source[j]
+        else:
+            out[j, self.pairs[1]] = self.source[j, self.pairs[0]]

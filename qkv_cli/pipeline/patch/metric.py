@@ -1,4 +1,4 @@
-"""The metrics of activation patching, each a number of the last position's logits z (float64).
+"""The metrics of activation patching, each a number of the answer position's logits z (float64).
 
 logit-diff   z[answer] - z[wrong]
 prob         p[answer],  p = Softmax(z)

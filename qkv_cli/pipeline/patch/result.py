@@ -34,22 +34,37 @@ class Patching:
     target: str | None = None  # an encoder-decoder's teacher-forced target (the decoder's tokens are the labels)
     sources: tuple | None = None  # an encoder-decoder's (clean, corrupted) source labels
     decoder: tuple | None = None  # an encoder-decoder's decoder tokens: its start token, then the target's
+    pairs: list | None = None  # prompts of two lengths: [clean position, corrupted position] per column (pairs.py)
+    answer_position: tuple[int, int] = (-1, -1)  # where the metric is read: (clean, corrupted) positions
 
     @property
     def m(self) -> int:
         return len(self.labels_clean)
 
+    def paired(self) -> list[tuple[int, int]]:
+        """(clean position, corrupted position) of each column of a position grid: (i, i) for prompts of one length."""
+        return [(i, i) for i in range(self.m)] if self.pairs is None else [(int(a), int(b)) for a, b in self.pairs]
+
     def differing(self) -> list[int]:
-        """The positions whose tokens differ between the two prompts (an encoder-decoder's: its two sources)."""
-        a, b = self.sources or (self.labels_clean, self.labels_corrupted)
-        return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        """The positions whose tokens differ between two prompts of one length (an encoder-decoder's: its two
+        sources; two lengths: the clean prompt's unpaired positions)."""
+        if self.sources is not None:
+            a, b = self.sources
+            return [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        if self.pairs is not None:
+            kept = {a for a, _ in self.paired()}
+            return [i for i in range(self.m) if i not in kept]
+        return [i for i, (a, b) in enumerate(zip(self.labels_clean, self.labels_corrupted, strict=True)) if a != b]
 
     def column_labels(self, what: str) -> list[str]:
-        """The columns of `what`'s grid: "i token" (the clean prompt's, "clean/corrupted" where they differ), "Hj"
-        for a head, "KVg" for a key/value head."""
+        """The columns of `what`'s grid: "i token" (the clean prompt's, "clean/corrupted" where they differ; a pair
+        of two positions "i/j token"), "Hj" for a head, "KVg" for a key/value head."""
         if what in BY_POSITION:
-            return [f"{i} {a}" if a == b else f"{i} {a}/{b}"
-                    for i, (a, b) in enumerate(zip(self.labels_clean, self.labels_corrupted, strict=True))]  # fmt: skip
+            out = []
+            for i, j in self.paired():
+                a, b = self.labels_clean[i], self.labels_corrupted[j]
+                out.append(f"{i if i == j else f'{i}/{j}'} {a if a == b else f'{a}/{b}'}")
+            return out
         if what in ("k", "v") and self.side is None:  # an encoder-decoder's heads have their own keys and values
             return [f"KV{g}" for g in range(self.G)]
         return [f"H{j}" for j in range(self.tau)]
@@ -81,6 +96,8 @@ class Patching:
         out |= {"labels_clean": np.array(self.labels_clean), "labels_corrupted": np.array(self.labels_corrupted)}
         if self.side is not None:  # an encoder-decoder: labels_* are the patched stack's positions; the sources too
             out |= {"sources_clean": np.array(self.sources[0]), "sources_corrupted": np.array(self.sources[1])}
+        out |= {"pairs": np.array(self.paired(), dtype=np.int64).reshape(-1, 2),
+                "answer_position": np.array(self.answer_position, dtype=np.int64)}  # fmt: skip
         return out
 
     def summary(self) -> dict:
@@ -91,6 +108,8 @@ class Patching:
             "wrong": None if self.wrong is None else self.wrong[1],
             "wrong_id": None if self.wrong is None else self.wrong[0],
             "metric_clean": self.metric_clean, "metric_corrupted": self.metric_corrupted,
+            "answer_position": {"clean": self.answer_position[0], "corrupted": self.answer_position[1]},
+            "pairs": [list(p) for p in self.paired()],
             "labels": {"clean": list(self.labels_clean), "corrupted": list(self.labels_corrupted),
                        **{w: self.column_labels(w) for w in self.what}},
             "recovery": {w: self.recovery[w].tolist() for w in self.what},

@@ -29,9 +29,9 @@ def header(p: Patching) -> list[str]:
         "kl": "KL(clean || run)",
     }
     into = "clean into corrupted" if p.direction == "denoise" else "corrupted into clean"
-    a, b = p.sources or (p.labels_clean, p.labels_corrupted)
-    diff = ", ".join(f"{i} {clean(a[i])!r} -> {clean(b[i])!r}" for i in p.differing()[:6])
     if p.side is not None:  # an encoder-decoder: two sources, one teacher-forced target
+        a, b = p.sources or (p.labels_clean, p.labels_corrupted)
+        diff = ", ".join(f"{i} {clean(a[i])!r} -> {clean(b[i])!r}" for i in p.differing()[:6])
         decoder = " ".join(clean(s) for s in p.decoder)
         return [
             f"{clean(p.model)}: patching {into}, --attention {p.side} ({len(a)} source tokens; they differ at "
@@ -42,13 +42,49 @@ def header(p: Patching) -> list[str]:
             "recovery = (metric patched - corrupted) / (clean - corrupted), at the decoder's last position: 0 = the "
             "corrupted run, 1 = the clean run",
         ]
+    if p.pairs is None:
+        diff = ", ".join(f"{i} {clean(p.labels_clean[i])!r} -> {clean(p.labels_corrupted[i])!r}"
+                         for i in p.differing()[:6])  # fmt: skip
+        shape = f"{p.m} tokens; they differ at {diff or 'no position'}"
+    else:
+        shape = pairing(p)
+    a_c, a_x = p.answer_position
+    if a_c in (-1, p.m - 1) and a_x in (-1, len(p.labels_corrupted) - 1):
+        at = "the last position"
+    else:
+        also = "" if a_c == a_x else f", {a_x} in the corrupted run"
+        at = f"the answer position ({a_c} {clean(p.labels_clean[a_c])!r}{also})"
     return [
-        f"{clean(p.model)}: patching {into} ({p.m} tokens; they differ at {diff or 'no position'})",
+        f"{clean(p.model)}: patching {into} ({shape})",
         f"clean:     {clean(p.clean)!r}   {names[p.metric]} = {p.metric_clean:.4f}",
         f"corrupted: {clean(p.corrupted)!r}   {names[p.metric]} = {p.metric_corrupted:.4f}",
-        "recovery = (metric patched - corrupted) / (clean - corrupted), at the last position: 0 = the corrupted "
-        "run, 1 = the clean run",
+        f"recovery = (metric patched - corrupted) / (clean - corrupted), at {at}: 0 = the corrupted run, 1 = the "
+        "clean run",
     ]
+
+
+def pairing(p: Patching) -> str:
+    """Prompts of two lengths: which positions were paired (runs of consecutive pairs) and which were left out."""
+    runs = []  # [clean start, corrupted start, length]
+    for i, j in p.paired():
+        if runs and runs[-1][0] + runs[-1][2] == i and runs[-1][1] + runs[-1][2] == j:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, j, 1])
+    spans = [_span(i, n) + ("" if i == j else f" -> {_span(j, n)}") for i, j, n in runs]
+    left = []
+    for who, labels, kept in (("clean", p.labels_clean, {a for a, _ in p.paired()}),
+                              ("corrupted", p.labels_corrupted, {b for _, b in p.paired()})):  # fmt: skip
+        out = [i for i in range(len(labels)) if i not in kept]
+        if out:
+            words = " ".join(clean(labels[i]) for i in out[:6]) + (" ..." if len(out) > 6 else "")
+            left.append(f"{who} {_span(out[0], len(out))} {words!r}")
+    return (f"clean {p.m} tokens, corrupted {len(p.labels_corrupted)}: paired {' and '.join(spans)}; left out "
+            f"{', '.join(left) or 'none'}")  # fmt: skip
+
+
+def _span(start: int, n: int) -> str:
+    return f"{start}" if n == 1 else f"{start}..{start + n - 1}"
 
 
 def emit(p: Patching, fmt: str, top: int, precision: int = 3, save_npz: str | None = None) -> None:

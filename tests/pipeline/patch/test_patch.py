@@ -102,10 +102,20 @@ def test_max_memory_counts_the_cache_and_refuses_before_a_forward(gpt2, monkeypa
         run(gpt2, what=WHAT, max_memory=small)
 
 
-def test_a_family_without_intervention_points_is_refused(tmp_path):
-    bert = load_model(make_checkpoint(tmp_path / "bert", "bert"), dtype="float64")
+def test_a_family_without_intervention_points_is_refused(gpt2, monkeypatch):
+    monkeypatch.setattr(gpt2.family, "block", lambda p, c, layer, x, mask, kernel: None)  # no edit argument
+    monkeypatch.setattr(engine.Runner, "run", never)
     with pytest.raises(QkvError, match="no intervention points"):
-        engine.patch(bert, "the cat sat", "the dog sat", "mat", "cat", what=("resid",))
+        engine.patch(gpt2, CLEAN, CORRUPTED, "mat", "cat", what=("resid",))
+
+
+def test_an_encoder_without_a_masked_lm_head_is_refused_before_any_forward(tmp_path, monkeypatch):
+    """A sentence-transformer's BERT (as the shipped MiniLM) stores no cls.predictions: nothing scores the answer."""
+    bert = load_model(make_checkpoint(tmp_path / "bert", "bert"), dtype="float64")
+    monkeypatch.setattr(engine.Runner, "run", never)
+    with pytest.raises(QkvError, match="has no masked-LM head") as err:
+        engine.patch(bert, "the cat sat", "the dog sat", "mat", "cat", what=("resid",), position=2)
+    assert "\n" not in str(err.value)
 
 
 def test_the_recording_pass_is_the_plain_forward(gpt2):
