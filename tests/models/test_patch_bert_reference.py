@@ -174,6 +174,29 @@ def test_the_masked_lm_head_equals_transformers_logits(built):
     np.testing.assert_allclose(ours.family.masked_lm(ours.params, ours.config, x), want, atol=1e-10, rtol=0)
 
 
+def test_an_untied_head_reads_its_own_decoder_matrix(tmp_path):
+    """tie_word_embeddings false: the checkpoint stores cls.predictions.decoder.weight apart from E, and the scores
+    are read with it (with E they would differ)."""
+    torch, transformers = reference_import("torch"), reference_import("transformers")
+    torch.manual_seed(1)
+    cfg = transformers.BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=64, max_position_embeddings=64)  # fmt: skip
+    cfg.tie_word_embeddings = False
+    model = transformers.BertForMaskedLM(cfg)
+    with torch.no_grad():
+        model.cls.predictions.decoder.weight.copy_(torch.randn_like(model.cls.predictions.decoder.weight))
+    model.eval().save_pretrained(tmp_path, safe_serialization=True)
+    shutil.copy(minilm_dir() / "tokenizer.json", tmp_path / "tokenizer.json")
+    ref = transformers.BertForMaskedLM.from_pretrained(tmp_path, attn_implementation="eager").double().eval()
+    ours = load_model(tmp_path, dtype="float64")
+    assert ours.params.head.decoder is not None
+    ids = list(ours.tokenize(CLEAN).ids)
+    with torch.no_grad():
+        want = ref(torch.tensor([ids])).logits[0].numpy()
+    got = ours.family.masked_lm(ours.params, ours.config, ours.forward(ids).last_hidden_state)
+    np.testing.assert_allclose(got, want, atol=1e-10, rtol=0)
+
+
 def test_every_recovery_equals_transformers_with_hooks(built):
     """One length; the answer is read at the [MASK], found by itself (position 6 of [CLS] the capital of france is
     [MASK] . [SEP])."""

@@ -2,8 +2,9 @@
 
 x_0 = LN(E[ids] + P[0..m-1] + T[type_ids])
 block l:  a = MultiHead(x) (bidirectional: no mask);  x' = LN(x + a);  x'' = LN(x' + W_2 gelu(W_1 x' + b_1) + b_2)
-masked-LM head (BertForMaskedLM's cls.predictions, when the checkpoint holds it; tied to E, as BERT's configs are):
-z = LN(act(W_t x_L + b_t)) E^T + b, one score per vocabulary entry at every position.
+masked-LM head (BertForMaskedLM's cls.predictions, when the checkpoint holds it): z = LN(act(W_t x_L + b_t)) D^T + b,
+one score per vocabulary entry at every position; D is E (tied, as BERT's configs are) unless the checkpoint stores
+its own decoder matrix.
 Checkpoint matrices are PyTorch Linear weights (out, in), used as stored (layers.Linear computes (W x^T)^T).
 """
 
@@ -25,6 +26,7 @@ PREFIXES = ("bert.", "")
 ATTENTION_INPUT = "the layer input"
 MLM = "cls.predictions."  # the masked-LM head's tensors, outside the encoder's 'bert.' prefix
 MLM_BIAS = ("bias", "decoder.bias")  # where transformers versions store b
+MLM_DECODER = "decoder.weight"  # D (V, d), stored only when the head is not tied to E
 MLM_TRANSFORM = ("dense.weight", "dense.bias", "LayerNorm.weight", "LayerNorm.bias")  # under MLM + "transform."
 
 
@@ -99,10 +101,10 @@ def tensor_shapes(c: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def optional_tensors(c: ModelConfig) -> dict[str, tuple[int, ...]]:
     """The masked-LM head's tensors (full names), read when the checkpoint holds them (a sentence-transformer has
-    none); the decoder matrix is E (tied)."""
+    none); the decoder matrix D is E unless the checkpoint stores its own."""
     d, t = c.d, MLM + "transform."
     shapes = {t + k: (d, d) if k == "dense.weight" else (d,) for k in MLM_TRANSFORM}
-    return shapes | {MLM + b: (c.vocab_size,) for b in MLM_BIAS}
+    return shapes | {MLM + b: (c.vocab_size,) for b in MLM_BIAS} | {MLM + MLM_DECODER: (c.vocab_size, d)}
 
 
 @dataclass
@@ -110,6 +112,7 @@ class MaskedLM:
     transform: Linear  # d -> d
     ln: tuple[np.ndarray, np.ndarray]
     bias: np.ndarray  # (V,)
+    decoder: np.ndarray | None = None  # D (V, d) when stored apart from E (an untied head); None: E
 
 
 @dataclass
@@ -173,7 +176,8 @@ def _masked_lm(v) -> MaskedLM | None:
     if bias is None or any(t + k not in v for k in MLM_TRANSFORM):
         return None
     return MaskedLM(Linear(v(t + "dense.weight"), v(t + "dense.bias"), out_in=True),
-                    (v(t + "LayerNorm.weight"), v(t + "LayerNorm.bias")), v(bias))  # fmt: skip
+                    (v(t + "LayerNorm.weight"), v(t + "LayerNorm.bias")), v(bias),
+                    v(MLM + MLM_DECODER) if MLM + MLM_DECODER in v else None)  # fmt: skip
 
 
 def embed(params: Params, c: ModelConfig, ids, start: int = 0, type_ids=None):  # [m] -> [m, d]
@@ -232,8 +236,9 @@ def logits(p: Params, c: ModelConfig, h):  # an encoder: no output head that pre
 
 
 def masked_lm(p: Params, c: ModelConfig, h):  # [m, d] -> [m, V], or None without the head
-    """z = LN(act(h W_t^T + b_t)) E^T + b: the scores of the token at each (masked) position."""
+    """z = LN(act(h W_t^T + b_t)) D^T + b (D: E when tied): the scores of the token at each (masked) position."""
     if p.head is None:
         return None
     t = layer_norm(ACTIVATIONS[c.activation](p.head.transform(h)), *p.head.ln, c.norm_eps)  # (m, d)
-    return t @ p.E.T + p.head.bias  # (m, d) x (d, V) -> (m, V)
+    D = p.E if p.head.decoder is None else p.head.decoder
+    return t @ D.T + p.head.bias  # (m, d) x (d, V) -> (m, V)
