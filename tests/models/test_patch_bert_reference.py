@@ -18,6 +18,7 @@ import shutil
 import numpy as np
 import pytest
 from helpers import minilm_dir, reference_import
+from torch_hooks import hooked, keeper
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models import load_model
@@ -64,24 +65,12 @@ class Hooked:
                 "mlp": layer.output.dense, "resid": layer}  # fmt: skip
 
     def forward(self, ids, hooks=(), attentions=False):
-        handles = [m.register_forward_pre_hook(fn) if kind == "pre" else m.register_forward_hook(fn)
-                   for m, kind, fn in hooks]  # fmt: skip
-        try:
-            with self.torch.no_grad():
-                return self.model(self.torch.tensor([ids]), output_attentions=attentions)
-        finally:
-            for h in handles:
-                h.remove()
+        with hooked(hooks), self.torch.no_grad():
+            return self.model(self.torch.tensor([ids]), output_attentions=attentions)
 
     def capture(self, ids):
         seen = {}
-
-        def keep(key, pre=False):
-            def fn(module, args, out=None):
-                value = args[0] if pre else (out[0] if isinstance(out, tuple) else out)
-                seen[key] = value.clone()
-
-            return fn
+        keep = keeper(seen)
 
         hooks = []
         for l in range(len(self.layers)):

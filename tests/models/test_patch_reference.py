@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from decoders import build, float64_everywhere, float64_twin
 from helpers import BuiltOnce, reference_import, smollm2_gguf
+from torch_hooks import hooked, keeper
 
 from qkv_cli.models import load_model
 from qkv_cli.pipeline.patch.engine import patch
@@ -69,26 +70,14 @@ class Hooked:
         return {"q": (att.q_proj, 0), "k": (att.k_proj, 0), "v": (att.v_proj, 0)}, att.o_proj, layer.mlp
 
     def forward(self, ids, hooks=(), attentions=False):  # hooks: (module, kind, fn) -> last logits [V]
-        handles = [m.register_forward_pre_hook(fn) if kind == "pre" else m.register_forward_hook(fn)
-                   for m, kind, fn in hooks]  # fmt: skip
-        try:
-            with float64_everywhere(self.torch), self.torch.no_grad():
-                out = self.model(self.torch.tensor([ids]), output_attentions=attentions)
-        finally:
-            for h in handles:
-                h.remove()
+        with hooked(hooks), float64_everywhere(self.torch), self.torch.no_grad():
+            out = self.model(self.torch.tensor([ids]), output_attentions=attentions)
         return out
 
     def capture(self, ids):
         """The clean run's activations: per layer resid, attn, mlp, o's input, q/k/v outputs, and the weights."""
         seen = {}
-
-        def keep(key, pre=False):
-            def fn(module, args, out=None):
-                value = args[0] if pre else (out[0] if isinstance(out, tuple) else out)
-                seen[key] = value.clone()
-
-            return fn
+        keep = keeper(seen)
 
         hooks = []
         for l in range(len(self.layers)):

@@ -26,7 +26,7 @@ from qkv_cli.core import budget
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.patch.engine import HINTS, check_options, one_token
 from qkv_cli.pipeline.patch.hooks import Patcher, Recorder, cache_shape, columns
-from qkv_cli.pipeline.patch.metric import Metric
+from qkv_cli.pipeline.patch.metric import of_both_runs
 from qkv_cli.pipeline.patch.result import Patching
 
 SIDES = ("encoder", "decoder", "cross")
@@ -155,11 +155,8 @@ def patch(model, clean: str, corrupted: str, target: str | None, answer: str, wr
     src = _Run(runner, src_ids, dec_ids, Recorder(keep, L))
     dst = _Run(runner, dst_ids, dec_ids, Recorder(("pattern",) if attention else (), L))
     z_clean, z_corr = (src.z, dst.z) if direction == "denoise" else (dst.z, src.z)
-    score = Metric(metric, a_id, w_id, z_clean)
-    clean_value, corr_value = score(z_clean), score(z_corr)
-    if not abs(clean_value - corr_value) > 1e-12 * max(1.0, abs(clean_value)):
-        raise QkvError(f"the clean and corrupted sources give the same {metric} ({clean_value:.6g}): there is nothing "
-                       "to recover; choose sources whose translations differ at the answer")  # fmt: skip
+    score, clean_value, corr_value = of_both_runs(metric, a_id, w_id, z_clean, z_corr, "sources",
+                                                  "translations differ at the answer")  # fmt: skip
     recovery, raw = {}, {}
     for w in what:
         raw[w] = np.empty((L, columns(w, rows, tau, tau)))

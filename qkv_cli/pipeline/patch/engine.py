@@ -20,7 +20,7 @@ import numpy as np
 from qkv_cli.core import budget
 from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.patch.hooks import WHAT, Patcher, Recorder, cache_shape, columns
-from qkv_cli.pipeline.patch.metric import METRICS, Metric
+from qkv_cli.pipeline.patch.metric import METRICS, of_both_runs
 from qkv_cli.pipeline.patch.names import DIRECTIONS
 from qkv_cli.pipeline.patch.pairs import pair as pair_positions
 from qkv_cli.pipeline.patch.result import Patching
@@ -175,11 +175,7 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
         pair = np.stack(recorder.store["pattern"]), np.stack(seen.store["pattern"])
         weights = pair if direction == "denoise" else pair[::-1]
     z_clean, z_corr = (z_src, z_dst) if direction == "denoise" else (z_dst, z_src)
-    score = Metric(metric, a_id, w_id, z_clean)
-    clean_value, corr_value = score(z_clean), score(z_corr)
-    if not abs(clean_value - corr_value) > 1e-12 * max(1.0, abs(clean_value)):
-        raise QkvError(f"the clean and corrupted prompts give the same {metric} ({clean_value:.6g}): there is nothing "
-                       "to recover; choose prompts whose answers differ")  # fmt: skip
+    score, clean_value, corr_value = of_both_runs(metric, a_id, w_id, z_clean, z_corr, "prompts", "answers differ")
     recovery, raw = {}, {}
     where = (*pairs.source_to_patched(direction), dst_at, pairs.same_length)
     for w in what:

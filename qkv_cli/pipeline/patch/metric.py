@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qkv_cli.errors import QkvError
 from qkv_cli.pipeline.patch.names import METRICS as METRICS
 
 
@@ -33,3 +34,14 @@ class Metric:
             return float(np.exp(lp[self.answer]))
         ref = self.log_p_clean
         return float(np.sum(np.exp(ref) * (ref - lp)))
+
+
+def of_both_runs(name: str, answer: int, wrong: int | None, z_clean, z_corrupted, texts: str, differ: str):
+    """The Metric and its value on the clean and the corrupted run's logits -> (metric, clean, corrupted); refused
+    when the two are equal (no patch could recover anything). texts: what the runs read ("prompts", "sources")."""
+    score = Metric(name, answer, wrong, z_clean)
+    clean, corrupted = score(z_clean), score(z_corrupted)
+    if not abs(clean - corrupted) > 1e-12 * max(1.0, abs(clean)):
+        raise QkvError(f"the clean and corrupted {texts} give the same {name} ({clean:.6g}): there is nothing to "
+                       f"recover; choose {texts} whose {differ}")  # fmt: skip
+    return score, clean, corrupted

@@ -17,6 +17,7 @@ import pytest
 from decoders import float64_everywhere
 from encdecs import build
 from helpers import BuiltOnce, reference_import
+from torch_hooks import hooked, keeper
 
 from qkv_cli.models import load_model
 from qkv_cli.pipeline.patch.encdec import patch
@@ -54,25 +55,13 @@ class Hooked:
         self.dk = self.parts(0)[2].in_features // tau
 
     def forward(self, src, dec, hooks=(), attentions=False):
-        handles = [m.register_forward_pre_hook(fn) if kind == "pre" else m.register_forward_hook(fn)
-                   for m, kind, fn in hooks]  # fmt: skip
-        try:
-            with float64_everywhere(self.torch), self.torch.no_grad():
-                return self.model(input_ids=self.torch.tensor([src]), decoder_input_ids=self.torch.tensor([dec]),
-                                  output_attentions=attentions, use_cache=False)  # fmt: skip
-        finally:
-            for h in handles:
-                h.remove()
+        with hooked(hooks), float64_everywhere(self.torch), self.torch.no_grad():
+            return self.model(input_ids=self.torch.tensor([src]), decoder_input_ids=self.torch.tensor([dec]),
+                              output_attentions=attentions, use_cache=False)  # fmt: skip
 
     def capture(self, src, dec, L: int) -> dict:
         seen = {}
-
-        def keep(key, pre=False):
-            def fn(module, args, out=None):
-                value = args[0] if pre else (out[0] if isinstance(out, tuple) else out)
-                seen[key] = value.clone()
-
-            return fn
+        keep = keeper(seen)
 
         hooks = []
         for l in range(L):
