@@ -9,27 +9,30 @@ def check_attribution(fmt: str | None, limit: int, req, model, tau: int) -> None
     if fmt not in ("json", "csv"):
         return
     from qkv_cli.core.output_size import check_count
-    from qkv_cli.pipeline.compute import panel_size
+    from qkv_cli.pipeline.compute import panel_tokens
+    from qkv_cli.pipeline.output_plan import mean_label
 
     if model is not None and model.is_encoder_decoder:
-        size = encdec_size(req, model)
+        tokens = encdec_tokens(req, model)
     else:  # the text's tokens, as the attributed run reads them
-        size = panel_size(req.changed(method=None, head_fusion=None), model)
-    if size is None:
+        tokens = panel_tokens(req.changed(method=None, head_fusion=None), model)
+    if tokens is None:
         return
-    m, n = size
+    m, n = len(tokens[0]), len(tokens[1])
     shape = f"{tau} heads x {m:,} rows x {n:,} keys of the attribution and the weights"
-    check_count(fmt, m * n * (1 + 2 * tau) + tau * n, limit, shape, "a shorter text, or --save-npz FILE (binary)")
+    label = (mean_label(tokens[0].labels) + mean_label(tokens[1].labels)) / 2  # a CSV row: a query's and a key's
+    check_count(fmt, m * n * (1 + 2 * tau) + tau * n, limit, shape, "a shorter text, or --save-npz FILE (binary)",
+                label=label)  # fmt: skip
 
 
-def encdec_size(req, model) -> tuple[int, int] | None:
-    """(queries, keys) of an encoder-decoder's attention --attention (default cross) over the source and --target."""
+def encdec_tokens(req, model):
+    """(the queries' Tokens, the keys' Tokens) of an encoder-decoder's attention --attention (default cross) over the
+    source and --target; None when the source is on stdin."""
     from qkv_cli.pipeline.compute import read_text
     from qkv_cli.pipeline.encdec.run import decoder_tokens
 
     if "-" in (req.inputs.text, req.inputs.file):
         return None
-    n = len(model.tokenize(read_text(req)))
-    m = len(decoder_tokens(model, req.encdec.target))
+    source, target = model.tokenize(read_text(req)), decoder_tokens(model, req.encdec.target)
     attention = req.encdec.attention or "cross"
-    return {"encoder": (n, n), "decoder": (m, m), "cross": (m, n)}[attention]
+    return {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}[attention]

@@ -17,6 +17,13 @@ def read_text(req: Request) -> str:
 def panel_size(req: Request, model=None) -> tuple[int, int] | None:
     """(m queries, n keys) of one layer's panels, from the tokens alone (nothing runs); None where they are not
     known before the run (stdin, a batch, a generation, an attribution, an encoder-decoder)."""
+    tokens = panel_tokens(req, model)
+    return None if tokens is None else (len(tokens[0]), len(tokens[1]))
+
+
+def panel_tokens(req: Request, model=None):
+    """(the queries' Tokens, the keys' Tokens) of one layer's panels, as panel_size counts them; None where they are
+    not known before the run."""
     if (
         "-" in (req.inputs.text, req.inputs.file, req.inputs.context_file)
         or req.inputs.batch
@@ -30,14 +37,14 @@ def panel_size(req: Request, model=None) -> tuple[int, int] | None:
     if model is not None:
         from qkv_cli.pipeline.chat import prompt
 
-        m = len(prompt(model, text, req.inputs.chat).tokens)
-        return m, m
+        tokens = prompt(model, text, req.inputs.chat).tokens
+        return tokens, tokens
     from qkv_cli.text.inputs import get_context
     from qkv_cli.text.tokens import tokenize
 
     tokenizer, context = req.settings.tokenizer, get_context(req.inputs.context, req.inputs.context_file)
-    m = len(tokenize(text, tokenizer))
-    return m, m if context is None else len(tokenize(context, tokenizer))
+    tokens = tokenize(text, tokenizer)
+    return tokens, tokens if context is None else tokenize(context, tokenizer)
 
 
 def lines(req: Request) -> list[str]:

@@ -201,3 +201,10 @@ def test_a_scans_page_takes_max_page_size(llama, tmp_path):
                                  "more than --max-page-size 1.0 KB", "e.g. --max-page-size")  # fmt: skip
     assert "max_page_size=" not in line and not page.exists()  # the CLI's flag, not the API's keyword
     assert invoke([*args, "--resume"]).exit_code == 0 and page.exists()
+
+
+def test_an_attribution_csv_counts_its_token_labels():
+    """A CSV row of an attribution holds a query's and a key's label: long tokens make a long CSV, and the estimate
+    follows them (at 6 characters a label it would be 16x too low)."""
+    words = " ".join("a" * 300 + str(i) for i in range(12))
+    assert_refused_then_estimated(["attribute", words, "--format", "csv"], "x 12 rows x 12 keys of the attribution")

@@ -233,6 +233,19 @@ def assert_same_metadata(mine: dict, reader):
             assert type(got) is type(value) and got == value, key
 
 
+@pytest.mark.parametrize("missing", ["MADV_WILLNEED", "MADV_DONTNEED"])
+def test_into_without_madvise_only_loses_the_hint(tmp_path, monkeypatch, missing):
+    """A platform whose mmap has no madvise flag (Windows has none): into() reads the tensor all the same."""
+    import mmap
+
+    monkeypatch.delattr(mmap, missing, raising=False)
+    f16 = np.array([1.5, -2, 0.25, 8, 3, -0.5], "<f2")
+    g = read_gguf(write(tmp_path, gguf_bytes([], [info("h", [3, 2], 1)], f16.tobytes())))
+    out = np.full((2, 3), 7, np.float32)
+    assert g.tensors["h"].into(out) is out
+    np.testing.assert_array_equal(out, f16.astype(np.float32).reshape(2, 3))
+
+
 def assert_same_tensors(g, reader, into_every_way=False):
     """Every tensor read() and written into a float32 buffer (into) as gguf-py dequantizes it; into_every_way: also
     into a float64 buffer, and with its rows in a shuffled order."""

@@ -128,7 +128,7 @@ def _into(buf: mmap.mmap, start: int, nbytes: int, kind: str, shape: tuple[int, 
 
     def into(out, order=None):  # out: [*shape]
         raw = np.frombuffer(buf, np.uint8, nbytes, start)
-        _advise(buf, mmap.MADV_WILLNEED, pages)
+        _advise(buf, "MADV_WILLNEED", pages)
         try:
             if order is not None:  # [rows, row bytes][order]: a copy of the bytes, 4.5x smaller than of the values
                 raw = raw.reshape(rows_, -1)[np.asarray(order)].reshape(-1)
@@ -145,7 +145,7 @@ def _into(buf: mmap.mmap, start: int, nbytes: int, kind: str, shape: tuple[int, 
             return out
         finally:
             del raw
-            _advise(buf, mmap.MADV_DONTNEED, pages)
+            _advise(buf, "MADV_DONTNEED", pages)
 
     return into
 
@@ -156,11 +156,13 @@ def _pages(start: int, nbytes: int, size: int) -> tuple[int, int]:
     return first, min(size, start + nbytes) - first
 
 
-def _advise(buf: mmap.mmap, advice: int, pages: tuple[int, int]) -> None:
-    """madvise on a range of the map; a kernel that refuses (or lacks madvise) only loses the hint."""
-    if pages[1] > 0 and hasattr(buf, "madvise"):
+def _advise(buf: mmap.mmap, advice: str, pages: tuple[int, int]) -> None:
+    """madvise(mmap.<advice>) on a range of the map; a platform without it (or a kernel that refuses) only loses
+    the hint."""
+    flag = getattr(mmap, advice, None)
+    if pages[1] > 0 and flag is not None and hasattr(buf, "madvise"):
         try:
-            buf.madvise(advice, *pages)
+            buf.madvise(flag, *pages)
         except (OSError, ValueError):
             pass
 
