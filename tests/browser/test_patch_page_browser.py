@@ -10,6 +10,7 @@ import json
 import numpy as np
 import pytest
 from clitools import invoke
+from pages import open_page
 from tiny import make_checkpoint
 
 pytestmark = pytest.mark.browser
@@ -28,16 +29,6 @@ def make_page(gpt2, tmp_path, corrupted):
                 "--what", "heads", "--format", "json", "--page", path])  # fmt: skip
     assert r.exit_code == 0, r.output
     return path, json.loads(r.stdout)
-
-
-def open_page(browser, path):
-    page = browser.new_context(viewport={"width": 1300, "height": 900}).new_page()
-    errors, requests = [], []
-    page.on("console", lambda m: m.type in ("error", "warning") and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda q: requests.append(q.url))
-    page.goto(path.resolve().as_uri())
-    return page, errors, requests
 
 
 def shown(page, which: int) -> tuple[list[str], np.ndarray]:

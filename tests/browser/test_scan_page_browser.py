@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pages import open_page
 from scanning import SENTENCES, corpus_file, require
 from tiny import make_checkpoint
 
@@ -19,12 +20,7 @@ def test_a_head_shows_its_top_texts_and_their_attention(browser, tmp_path):
     s = qkv.scan(corpus_file(tmp_path, SENTENCES), model=str(model), out=tmp_path / "scan")
     path = tmp_path / "scan.html"
     s.page("previous").save(path)
-    page = browser.new_context(viewport={"width": 1300, "height": 900}).new_page()
-    errors, requests = [], []
-    page.on("console", lambda m: m.type in ("error", "warning") and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda q: requests.append(q.url))
-    page.goto(path.resolve().as_uri())
+    page, errors, requests = open_page(browser, path)
     assert len(page.query_selector_all("#grid td")) == 2 * 4
     page.click("#grid tr:nth-child(3) td:nth-child(3)")  # layer 1, head 1
     top = s.summary["scores"]["previous"]["top"][1][1]
