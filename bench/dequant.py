@@ -2,15 +2,17 @@
 
     python bench/dequant.py                          # Q4_0, Q4_K, Q6_K, Q8_0; a 4096 x 1024 tensor; 9 repeats
     python bench/dequant.py --types Q4_0 Q8_0 --rows 4096 --cols 4096 --repeats 15
+    python bench/dequant.py --gguf FILE.gguf         # every tensor of those types in a real checkpoint
 
-Each tensor is random bytes in the type's block layout, its fp16 scales set to finite values (d in 2^-12..2^-4,
-as real checkpoints have). In one process, alternating, median of --repeats: qkv's dequantize(raw, kind, shape)
-(models/quants/dequantize.py: a new array, as gguf-py returns), the same into a reused float32 buffer (`out=`, as a
-layer's weights are read), and gguf.quants.dequantize(raw.reshape(rows, -1), type); first the results are checked equal
-bit for bit. Printed: values/s of each and the ratios (target: qkv >= 3x gguf-py), by wall time and by the
-calling thread's CPU time (time.thread_time: all three run on that one thread). The machine is shared: when
-other processes take the cores, a call's wall time counts the time it waited for one, and the CPU time is the
-steadier measure of the work; see the load.
+Each synthetic tensor is random bytes in the type's block layout, its fp16 scales set to finite values (d in
+2^-12..2^-4, as real checkpoints have); with --gguf, the file's own tensors of each type (read with gguf-py's
+GGUFReader into memory), timed together. In one process, alternating, median of --repeats: qkv's
+dequantize(raw, kind, shape) (models/quants/dequantize.py: a new array, as gguf-py returns), the same into a reused
+float32 buffer (`out=`, as a layer's weights are read), and gguf.quants.dequantize(blocks, type); first the results
+are checked equal bit for bit, for every type before any is timed. Printed: values/s of each and the ratios
+(target: qkv >= 3x gguf-py), by wall time and by the calling thread's CPU time (time.thread_time: all three run on
+that one thread). The machine is shared: when other processes take the cores, a call's wall time counts the time
+it waited for one, and the CPU time is the steadier measure of the work; see the load.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from qkv_cli.models.quants.dequantize import BY_NAME  # noqa: E402
+
 SCALES = {"Q4_0": (0,), "Q8_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,)}  # byte offsets of each block's fp16 scales
 
 
 def tensor(kind: str, rows: int, cols: int, rng) -> np.ndarray:
     """[rows * cols / block * nbytes] uint8: random blocks of `kind`, with finite fp16 scales."""
-    from qkv_cli.models.quants.dequantize import BY_NAME
-
     block, nbytes = BY_NAME[kind]
     raw = rng.integers(0, 256, (rows * cols // block, nbytes), dtype=np.uint8)
     for at in SCALES[kind]:
@@ -49,11 +51,33 @@ def timed(fn) -> tuple[float, float]:  # -> (wall, CPU time of this thread) of o
     return time.perf_counter() - t, time.thread_time() - c
 
 
+def synthetic(kinds, rows: int, cols: int) -> dict:  # -> {kind: [(raw, shape, blocks for gguf-py)]}
+    rng = np.random.default_rng(0)
+    made = {}
+    for kind in kinds:
+        raw = tensor(kind, rows, cols, rng)
+        made[kind] = [(raw, (rows, cols), raw.reshape(rows, -1))]
+    return made
+
+
+def from_file(path: Path, kinds) -> dict:  # -> {kind: [(raw, shape, blocks)]}: the file's tensors of those types
+    from gguf import GGUFReader
+
+    found = {}
+    for t in GGUFReader(path).tensors:
+        if t.tensor_type.name in kinds:
+            blocks = np.array(t.data)  # in memory: the page cache is not what is measured
+            shape = tuple(int(x) for x in reversed(t.shape))
+            found.setdefault(t.tensor_type.name, []).append((blocks.reshape(-1), shape, blocks))
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_K", "Q6_K", "Q8_0"], choices=sorted(SCALES))
     ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=1024)
+    ap.add_argument("--gguf", type=Path, default=None, help="time this file's tensors instead of random ones")
     ap.add_argument("--repeats", type=int, default=9)
     args = ap.parse_args()
     try:
@@ -67,44 +91,48 @@ def main() -> None:
 
     print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
     print(f"BLAS: {[(i['internal_api'], i.get('architecture'), i['num_threads']) for i in threadpool_info()]}")
-    rng = np.random.default_rng(0)
-    shape = (args.rows, args.cols)
-    n = args.rows * args.cols
+    tensors = from_file(args.gguf, args.types) if args.gguf else synthetic(args.types, args.rows, args.cols)
+    calls = []
+    for kind, group in tensors.items():  # every type checked (and so warmed up) before any is timed: the
+        qtype = GGMLQuantizationType[kind]  # allocator's state after the first large arrays would favour the later
+        count = sum(raw.size // BY_NAME[kind][1] * BY_NAME[kind][0] for raw, _, _ in group)
+        buffer = np.empty(max(np.prod(shape) for _, shape, _ in group), np.float32)
+
+        def ours(group=group, kind=kind):
+            return [dequantize(raw, kind, shape) for raw, shape, _ in group]
+
+        def into(group=group, kind=kind, buffer=buffer):
+            for raw, shape, _ in group:
+                dequantize(raw, kind, shape, out=buffer[: np.prod(shape)].reshape(shape))
+
+        def theirs(group=group, qtype=qtype):
+            return [gguf.quants.dequantize(blocks, qtype) for _, _, blocks in group]
+
+        for (raw, shape, _), a, b in zip(group, ours(), theirs(), strict=True):
+            want = np.asarray(b, np.float32).reshape(shape).view(np.uint32)
+            c = dequantize(raw, kind, shape, out=buffer[: np.prod(shape)].reshape(shape))
+            if not (np.array_equal(a.view(np.uint32), want) and np.array_equal(c.view(np.uint32), want)):
+                sys.exit(f"{kind}: qkv and gguf-py differ")
+        calls.append((kind, count, len(group), (("new", ours), ("out", into), ("gguf", theirs))))
     rows = []
-    for kind in args.types:
-        raw = tensor(kind, *shape, rng)
-        qtype = GGMLQuantizationType[kind]
-
-        def ours(raw=raw, kind=kind):
-            return dequantize(raw, kind, shape)
-
-        buffer = np.empty(shape, np.float32)
-
-        def into(raw=raw, kind=kind, buffer=buffer):
-            return dequantize(raw, kind, shape, out=buffer)
-
-        def theirs(raw=raw, qtype=qtype):
-            return gguf.quants.dequantize(raw.reshape(args.rows, -1), qtype)
-
-        a, b, c = ours(), theirs(), into()
-        want = np.asarray(b, np.float32).reshape(shape).view(np.uint32)
-        if not (np.array_equal(a.view(np.uint32), want) and np.array_equal(c.view(np.uint32), want)):
-            sys.exit(f"{kind}: qkv and gguf-py differ")
-        del a, b, c
+    for kind, count, n_tensors, fns in calls:
         times = {"new": [], "out": [], "gguf": []}
         for _ in range(args.repeats):  # alternating, so that a burst of other load hits all three
-            for name, fn in (("new", ours), ("out", into), ("gguf", theirs)):
+            for name, fn in fns:
                 times[name].append(timed(fn))
-        rows.append((kind, times))
+        rows.append((kind, count, n_tensors, times))
     for what, at in (("wall time", 0), ("CPU time", 1)):
         print(
-            f"\nby {what}:\n| type | qkv, new array (values/s) | qkv, out= (values/s) | gguf-py (values/s) | "
-            "qkv / gguf-py | qkv out= / gguf-py |\n|---|---|---|---|---|---|"
+            f"\nby {what}:\n| type | tensors | values | qkv, new array (values/s) | qkv, out= (values/s) | "
+            "gguf-py (values/s) | qkv / gguf-py | qkv out= / gguf-py |\n|---|---|---|---|---|---|---|---|"
         )
-        for kind, times in rows:
+        for kind, n, n_tensors, times in rows:
             mo, mi, mt = (statistics.median(t[at] for t in times[k]) for k in ("new", "out", "gguf"))
-            print(f"| {kind} | {n / mo:,.0f} | {n / mi:,.0f} | {n / mt:,.0f} | {mt / mo:.2f}x | {mt / mi:.2f}x |")
-    print(f"{args.rows} x {args.cols} values per tensor, median of {args.repeats}")
+            print(
+                f"| {kind} | {n_tensors} | {n:,} | {n / mo:,.0f} | {n / mi:,.0f} | {n / mt:,.0f} | {mt / mo:.2f}x "
+                f"| {mt / mi:.2f}x |"
+            )
+    print(f"{args.gguf or f'{args.rows} x {args.cols} values per tensor'}, median of {args.repeats}")
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
 
 
