@@ -123,9 +123,9 @@ class PatchResult:
     def page(self):
         """The grid as an offline page (a ``Page`` that shows itself in a notebook and ``.save(path)``s)."""
         from qkv_cli.api.show import Page
-        from qkv_cli.views.page.patch import render
+        from qkv_cli.views.page.patch import HOLDS, render
 
-        return Page(render(self.result))
+        return Page(render(self.result), HOLDS)
 
     def __repr__(self) -> str:
         r = self.result

@@ -23,6 +23,7 @@ from qkv_cli.cli.options import (
     choices,
     one_of,
 )  # fmt: skip
+from qkv_cli.cli.outputs import MaxPageOpt
 from qkv_cli.cli.params import Opts, check_outputs, takes
 
 What = choices("What", WHAT)
@@ -71,16 +72,18 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
           kernel: KernelOpt = "vectorized", download: DownloadOpt = False, precision: PrecisionOpt = 3,
           format: TableJsonOpt = TableJson.table, top: PatchTopOpt = 10, save_npz: SaveNpzOpt = None,
           out: PatchOutOpt = None, page: PatchPageOpt = None, target: PatchTargetOpt = None,
-          side: PatchSideOpt = None):  # fmt: skip
+          side: PatchSideOpt = None, max_page_size: MaxPageOpt = "100MB"):  # fmt: skip
     """Activation patching: run CLEAN and CORRUPTED, copy one activation of one run into the other (each layer's
     residual stream, attention or MLP output at one position; one head's output, queries, keys, values or
     weights), and measure how much of --answer comes back at the answer position (a decoder's last, a masked LM's
     [MASK], or --position). Recovery 0 is the corrupted run, 1 the clean run; the table lists the patches that
     recover most. On an encoder-decoder, CLEAN and CORRUPTED are two sources, --target the decoder's text and
     --attention the stack patched."""
+    from qkv_cli.api.arguments import size_of
     from qkv_cli.api.patches import patching
     from qkv_cli.views.console.patch import emit
 
+    page_limit = size_of(max_page_size, "--max-page-size")
     check_outputs(save_npz, out, page)
     values = dict(opts) | {"attention": page is not None}
     values |= {"answer": answer, "wrong": wrong, "what": what, "metric": metric, "direction": direction,
@@ -95,4 +98,4 @@ def patch(clean: CleanArg = None, corrupted: CorruptedArg = None, *, opts: Opts,
     if page is not None:
         from qkv_cli.views.page.patch import save as save_page
 
-        typer.echo(save_page(result, page), err=True)
+        typer.echo(save_page(result, page, page_limit), err=True)

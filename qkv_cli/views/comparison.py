@@ -60,14 +60,8 @@ def _figure(cmp: Comparison, head: int | None) -> str:  # -> the figure of views
 
 def save(cmp: Comparison, path, head: int | None = None, top: int = 10, max_bytes: int = MAX_PAGE) -> str:
     """Write the page atomically, unless it would exceed max_bytes; returns the line the CLI prints."""
-    from qkv_cli.core.budget import human
-    from qkv_cli.core.output_size import too_large
-    from qkv_cli.views.export.writing import atomic_write
+    from qkv_cli.views.page.html import write_page, written
 
-    data = render(cmp, head, top).encode("utf-8")
-    if len(data) > max_bytes:
-        raise too_large("comparison's page", len(data), "A and B side by side, B - A", max_bytes, "--max-page-size",
-                        "shorter texts")  # fmt: skip
-    with atomic_write(path) as handle:
-        handle.write(data)
-    return f"wrote {path} ({human(len(data))}: A and B side by side, B - A; open it in a browser)"
+    page, holds = render(cmp, head, top), "A and B side by side, B - A"
+    write_page(page, holds, path, max_bytes, what="comparison's page", hints="shorter texts")
+    return written(path, page, holds)

@@ -107,6 +107,32 @@ def test_page_holds_the_grids_and_both_runs_attention(gpt2, tmp_path):
     assert '"groups":[[0],[1],[2],[3]]' in text  # GPT-2: one query head per key/value head
 
 
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        ("1KB", "the patching page would be about"),
+        ("lots", "--max-page-size 'lots' is not a size"),
+    ],
+)
+def test_the_page_is_bounded_by_max_page_size(gpt2, tmp_path, limit, message):
+    page = tmp_path / "p.html"
+    r = patch(gpt2, "--what", "heads", "--page", page, "--max-page-size", limit)
+    assert_one_line_error(r, message)
+    assert not page.exists() and list(tmp_path.iterdir()) == []  # no page, no half-written temporary
+    if limit == "1KB":
+        assert "more than --max-page-size 1.0 KB: shrink it with shorter prompts or fewer --what" in r.stderr
+        assert "recovery grids and both runs' attention" in r.stderr and "--max-page-size " in r.stderr
+
+
+def test_the_api_page_is_bounded_too(gpt2, tmp_path):
+    import qkv_cli as qkv
+
+    p = qkv.patch(CLEAN, CORRUPTED, model=str(gpt2), answer="mat", what=["heads"])
+    with pytest.raises(qkv.QkvError, match="patching page|page would be about .* more than max_page_size"):
+        p.page().save(tmp_path / "p.html", max_page_size="1KB")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_python_api_is_the_commands_door(gpt2):
     import qkv_cli as qkv
 

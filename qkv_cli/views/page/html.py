@@ -205,14 +205,23 @@ def written(path, page: str, holds: str) -> str:
     return f"wrote {path} ({human(len(page.encode('utf-8')))}: {holds}; open it in a browser)"
 
 
-def write_page(page: str, holds: str, path, max_bytes: int = MAX_PAGE, option: str = "--max-page-size") -> None:
+def write_page(
+    page: str,
+    holds: str,
+    path,
+    max_bytes: int = MAX_PAGE,
+    option: str = "--max-page-size",
+    what: str = "page",
+    hints: str = "a shorter text",
+) -> None:
     """Write a rendered page atomically, unless it exceeds max_bytes: refused in the one shape of every output
-    above its limit (core.output_size.too_large; holds: what it holds; option: the limit's flag or keyword)."""
+    above its limit (core.output_size.too_large; holds: what it holds; option: the limit's flag or keyword; what:
+    the page's name and hints: how to make it smaller, in the refusal)."""
     from qkv_cli.core.output_size import too_large
     from qkv_cli.views.export.writing import atomic_write
 
     data = page.encode("utf-8")
     if len(data) > max_bytes:
-        raise too_large("page", len(data), holds, max_bytes, option, "a shorter text")
+        raise too_large(what, len(data), holds, max_bytes, option, hints)
     with atomic_write(path) as handle:
         handle.write(data)

@@ -14,6 +14,7 @@ from qkv_cli.views.console import clean
 from qkv_cli.views.console.patch import WHAT_SAYS, header
 from qkv_cli.views.page.html import MAX_PAGE, _sha256, asset, script_json
 
+HOLDS = "the recovery grids and both runs' attention"  # what the page holds, in words
 CSS = ("body{font-family:system-ui,sans-serif;margin:16px;color:#222}table{border-collapse:collapse;margin:6px 0}"
        "td,th{border:1px solid #ddd;padding:2px 5px;font-size:12px;text-align:right}td[tabindex]{cursor:pointer}"
        ".pair{display:flex;gap:24px;flex-wrap:wrap}pre{white-space:pre-wrap}")  # fmt: skip
@@ -48,15 +49,11 @@ def render(p: Patching) -> str:
             f"<script>{js}</script></body></html>")  # fmt: skip
 
 
-def save(p: Patching, path, max_bytes: int = MAX_PAGE) -> str:
-    """Write the page atomically, unless it would exceed max_bytes; returns the line the CLI prints."""
-    from qkv_cli.core.budget import human
-    from qkv_cli.views.export.writing import atomic_write
+def save(p: Patching, path, max_bytes: int = MAX_PAGE, option: str = "--max-page-size") -> str:
+    """Write the page atomically, unless it would exceed max_bytes (refused as every page is: views.page.html's
+    write_page); returns the line the CLI prints."""
+    from qkv_cli.views.page.html import write_page, written
 
-    data = render(p).encode("utf-8")
-    if len(data) > max_bytes:
-        raise QkvError(f"the patching page would be {human(len(data))}, more than {human(max_bytes)}: patch shorter "
-                       "prompts")  # fmt: skip
-    with atomic_write(path) as handle:
-        handle.write(data)
-    return f"wrote {path} ({human(len(data))}: the recovery grids and both runs' attention; open it in a browser)"
+    page = render(p)
+    write_page(page, HOLDS, path, max_bytes, option, what="patching page", hints="shorter prompts or fewer --what")
+    return written(path, page, HOLDS)
