@@ -141,7 +141,7 @@ def check_attribution(fmt: str | None, limit: int, req: Request, model: Model | 
 
 
 def check_explain(fmt: str, limit: int, req: Request, model: Model | None) -> None:
-    """qkv explain's JSON refused above `limit` bytes, counted from the text's tokens before it runs (stdin and an
+    """qkv explain's JSON refused above `limit` bytes, counted from the text's tokens before it runs (an
     encoder-decoder: not known before the run, not counted)."""
     from qkv_cli.api.arguments import output_of
     from qkv_cli.pipeline.output_plan import check_explain as check

@@ -27,6 +27,8 @@ def comparison(texts: tuple, models: tuple, values: dict, explicit, download: bo
     for text in texts:
         if not isinstance(text, str):
             raise QkvError(f"the texts must be str, got {type(text).__name__}")
+    if texts.count("-") > 1:
+        raise QkvError("stdin can be read once: give at most one of the texts as '-'")
     check_checkpoint_policy(values | {"model": models or None}, explicit)
     dtype = getattr(values.get("dtype"), "value", values.get("dtype")) or "float64"
     loaded = _load_all(models, dtype, values.get("max_memory"), download)

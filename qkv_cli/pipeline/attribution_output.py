@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def check_attribution(fmt: str | None, limit: int, req, model, tau: int) -> None:
     """qkv attribute --format json or csv: the attribution, each head's and the weights (tau x m x n each) of one
-    layer, refused above `limit` from the text's tokens alone, before anything runs (stdin: not counted)."""
+    layer, refused above `limit` from the text's tokens alone, before anything runs (stdin read once, then kept)."""
     if fmt not in ("json", "csv"):
         return
     from qkv_cli.core.output_size import check_count
@@ -27,12 +27,10 @@ def check_attribution(fmt: str | None, limit: int, req, model, tau: int) -> None
 
 def encdec_tokens(req, model):
     """(the queries' Tokens, the keys' Tokens) of an encoder-decoder's attention --attention (default cross) over the
-    source and --target; None when the source is on stdin."""
+    source and --target."""
     from qkv_cli.pipeline.compute import read_text
     from qkv_cli.pipeline.encdec.run import decoder_tokens
 
-    if "-" in (req.inputs.text, req.inputs.file):
-        return None
     source, target = model.tokenize(read_text(req)), decoder_tokens(model, req.encdec.target)
     attention = req.encdec.attention or "cross"
     return {"encoder": (source, source), "decoder": (target, target), "cross": (target, source)}[attention]

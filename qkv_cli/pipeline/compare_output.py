@@ -5,8 +5,8 @@ from __future__ import annotations
 
 def check_compare(req, texts: tuple, models: tuple, fmt: str | None, limit: int) -> None:
     """Refuse a comparison whose JSON (weights_a, weights_b and diff: L x tau x m x m each, every layer kept)
-    would exceed `limit` bytes; counted from the texts' tokens alone (stdin: not counted)."""
-    if fmt != "json" or "-" in texts:
+    would exceed `limit` bytes; counted from the texts' tokens alone (stdin read once, then kept)."""
+    if fmt != "json":
         return
     from qkv_cli.core.output_size import check_count
 
@@ -21,7 +21,11 @@ def check_compare(req, texts: tuple, models: tuple, fmt: str | None, limit: int)
 
 
 def count(req, text: str, model) -> int:
-    """The tokens the run of `text` reads: the model's (in its chat template with --chat), or the tokenizer's."""
+    """The tokens the run of `text` reads ('-': stdin's): the model's (in its chat template with --chat), or the
+    tokenizer's."""
+    from qkv_cli.text.inputs import get_text
+
+    text = get_text(text, None)
     if model is not None:
         from qkv_cli.pipeline.chat import prompt
 

@@ -16,7 +16,8 @@ def read_text(req: Request) -> str:
 
 def panel_size(req: Request, model=None) -> tuple[int, int] | None:
     """(m queries, n keys) of one layer's panels, from the tokens alone (nothing runs); None where they are not
-    known before the run (stdin, a batch, a generation, an attribution, an encoder-decoder)."""
+    known before the run (a batch, a generation, an attribution, an encoder-decoder). A text on stdin is read
+    here, once (text.inputs.read_stdin keeps it for the run)."""
     tokens = panel_tokens(req, model)
     return None if tokens is None else (len(tokens[0]), len(tokens[1]))
 
@@ -24,12 +25,7 @@ def panel_size(req: Request, model=None) -> tuple[int, int] | None:
 def panel_tokens(req: Request, model=None):
     """(the queries' Tokens, the keys' Tokens) of one layer's panels, as panel_size counts them; None where they are
     not known before the run."""
-    if (
-        "-" in (req.inputs.text, req.inputs.file, req.inputs.context_file)
-        or req.inputs.batch
-        or req.generation.tokens
-        or req.attribution.method is not None
-    ):
+    if req.inputs.batch or req.generation.tokens or req.attribution.method is not None:
         return None
     if model is not None and model.is_encoder_decoder:
         return None
@@ -42,7 +38,8 @@ def panel_tokens(req: Request, model=None):
     from qkv_cli.text.inputs import get_context
     from qkv_cli.text.tokens import tokenize
 
-    tokenizer, context = req.settings.tokenizer, get_context(req.inputs.context, req.inputs.context_file)
+    tokenizer = req.settings.tokenizer
+    context = get_context(req.inputs.context, req.inputs.context_file, req.inputs.from_stdin)
     tokens = tokenize(text, tokenizer)
     return tokens, tokens if context is None else tokenize(context, tokenizer)
 

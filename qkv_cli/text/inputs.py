@@ -59,7 +59,15 @@ def decode(data: bytes, source: str) -> str:
         raise QkvError(f"{source} is not UTF-8 text (bad byte at offset {exc.start}): convert it to UTF-8") from None
 
 
+_stdin: tuple[object, str] | None = None  # (the stream, its text): each stdin is read once, its text then reused
+
+
 def read_stdin() -> str:
+    """stdin's text, read once (up to MAX_TEXT_BYTES): a second call on the same stream returns the same text, so a
+    command can count its output from the text before the run reads it again."""
+    global _stdin
+    if _stdin is not None and _stdin[0] is sys.stdin:
+        return _stdin[1]
     stream = getattr(sys.stdin, "buffer", None)
     try:
         if stream is None:
@@ -70,7 +78,9 @@ def read_stdin() -> str:
             data = read_stream(stream, MAX_TEXT_BYTES, "stdin")
     except (OSError, ValueError, AttributeError):
         raise QkvError("stdin is closed: pass TEXT, --file PATH, or pipe text into '-'") from None
-    return decode(data, "stdin")
+    text = decode(data, "stdin")
+    _stdin = (sys.stdin, text)
+    return text
 
 
 def clean(text: str, source: str) -> str:

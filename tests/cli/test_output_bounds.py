@@ -193,6 +193,34 @@ def test_a_comparison_above_max_output_is_refused_before_any_weight_is_read(dama
     assert_one_line_error(invoke(args), "non-finite")  # the default limit lets it run: it reads the layer
 
 
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["attribute", "-", "--method", "rollout", "--format", "csv"], ("4 heads x 6 rows x 6 keys",)),
+        (["explain", "-", "--format", "json"], ("1 head x 6 rows x 6 keys",)),
+        (["run", "--file", "-", "--format", "json"], ("6 rows x 6 keys",)),
+        (["compare", "-", "the dog sat on the mat", "--format", "json"], ("6 and 6 tokens",)),
+    ],
+)
+def test_a_text_on_stdin_is_counted_before_the_run_too(damaged, args, fragments):
+    """stdin is read once, before the run: the output it would make is refused like a text given in full."""
+    full = [*args, "--model", damaged]
+    line = assert_one_line_error(invoke([*full, "--max-output", "1B"], input=TEXT), "would be about", *fragments)
+    assert "non-finite" not in line
+    assert_one_line_error(invoke(full, input=TEXT), "non-finite")  # the default limit lets it run, on stdin's text
+
+
+def test_stdin_is_read_once_and_its_text_used_by_the_run(qwen):
+    """The count reads stdin before the run; the run then gets the same text (not an empty stream)."""
+    r = invoke(["run", "-", "--model", qwen, "--format", "json", "--max-output", "10MB"], input=TEXT)
+    assert r.exit_code == 0, r.output
+    assert (
+        json.loads(r.stdout)["tokens"]
+        == json.loads(invoke(["run", TEXT, "--model", qwen, "--format", "json"]).stdout)["tokens"]
+    )
+    assert_one_line_error(invoke(["compare", "-", "-", "--model", qwen], input=TEXT), "stdin can be read once")
+
+
 def test_a_page_over_a_file_size_limit_is_one_line_and_no_file(tmp_path):
     proc = _qkv(["view", TEXT, "--d", "8", "--heads", "2", "--out", tmp_path / "a.html"], fsize=4096)
     _one_line(proc, "cannot write", "a.html", "File too large")
