@@ -28,7 +28,7 @@ def emit(batch, show, heads, precision, fmt, save_npz=None) -> None:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["sentence", *export.CSV_HEADER])
         for b, r in enumerate(batch.items):
-            writer.writerows([b, *row] for row in export.csv_rows(r, show, heads))
+            sys.stdout.writelines(export.csv_text(r, show, heads, (b,)))
     else:
         out = console()
         out.print(settings_line(batch.items[0]).split(" ", 1)[1], style="bold")

@@ -22,7 +22,7 @@ def emit_layer(result: Result, show, heads, precision, fmt, save_npz=None) -> No
 
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(export.CSV_HEADER)
-        writer.writerows(export.csv_rows(result, show, heads))  # row by row: never the whole text in memory
+        sys.stdout.writelines(export.csv_text(result, show, heads))  # row by row: never the whole text in memory
     else:
         out = console()
         out.print(settings_line(result), style="bold")

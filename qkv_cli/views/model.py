@@ -36,7 +36,7 @@ def emit_run(run, show, heads, precision, fmt, save_npz=None, stream=None) -> No
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(["layer", *export.CSV_HEADER])
         for l, r in run.layers.items():
-            writer.writerows([l, *row] for row in export.csv_rows(r, show, heads))
+            sys.stdout.writelines(export.csv_text(r, show, heads, (l,)))
         if experts and run.router_top is not None:
             from qkv_cli.views.console.experts import csv_rows
 

@@ -50,7 +50,7 @@ class LayerWriter:
         if self._writer is None:
             self._writer = csv.writer(self.out, lineterminator="\n")
             self._writer.writerow(["layer", *export.CSV_HEADER])
-        self._writer.writerows([l, *row] for row in export.csv_rows(result, self.show, self.heads))
+        self.out.writelines(export.csv_text(result, self.show, self.heads, (l,)))
 
     def finish(self, run, experts: bool = False) -> None:
         """What the end of the pass knows: JSON's ids, attentions, layer kinds ... (the NPZ's names) and the

@@ -65,3 +65,32 @@ def test_model_json_carries_the_npz_names_of_a_decoder(tmp_path):
     np.testing.assert_allclose(layer["bv"], weights[prefix + "v_proj.bias"].reshape(G, dk), atol=1e-6)
     one_head = CliRunner().invoke(app, [*args[:-2], "--head", "3"])  # bq, like Q and Q_pre_rope: the heads shown
     assert np.array(json.loads(one_head.stdout)["layers"]["1"]["bq"]).shape == (1, dk)
+
+
+def test_csv_text_is_what_csv_writer_writes():
+    """The CSV text qkv makes without the csv module equals csv.writer's rows of the same values: labels quoted
+    when they hold a comma, a quote or a line break, -inf spelled out, every value as repr(float)."""
+    import csv
+    from types import SimpleNamespace
+
+    labels = ["a,b", 'say "hi"', "line\nbreak", " lead", "plain", "c\rr"]
+    n, tau, d = len(labels), 2, 3
+    rng = np.random.default_rng(4)
+    weights = rng.random((tau, n, n)).astype(np.float32)
+    weights[0, 0, 1:] = -np.inf
+    weights[1, 2, 3] = np.nan
+    r = SimpleNamespace(
+        labels=labels, key_labels=labels, tau=tau, weights=weights, Q=rng.random((tau, n, d)), sinks=None
+    )
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    for key in ("Q", "weights"):
+        for head in range(tau):
+            for i in range(n):
+                for c in range(getattr(r, key).shape[2]):
+                    v = float(getattr(r, key)[head, i, c])
+                    writer.writerow([7, key, head, i, c, labels[i], labels[c] if key == "weights" else "",
+                                     "-inf" if v == -np.inf else repr(v)])  # fmt: skip
+    got = "".join(export.csv_text(r, ["q", "weights"], range(tau), (7,)))
+    assert got == buf.getvalue()
+    assert got.startswith('7,Q,0,0,0,"a,b",,') and ',"say ""hi""",' in got
