@@ -244,7 +244,7 @@ def csv_text(result: Result, show, heads, lead: tuple = ()):
     value (key = feature index for Q, K, V); with sinks (gpt-oss), each weights row's sink share as a row of matrix
     "sink" with no key. lead: the first fields of every row (a checkpoint's layer, a batch's sentence). The text is
     csv.writer's, made without it: the labels are quoted once, a row's values turned into Python floats at once
-    (the value is repr(float), masked ones "-inf"), about half a microsecond a number."""
+    (the value is repr(float), masked ones "-inf"): under a microsecond a number, against 6 with csv.writer."""
     labels = [csv_field(s) for s in result.labels]
     key_labels = labels if result.key_labels is result.labels else [csv_field(s) for s in result.key_labels]
     tau = result.tau
