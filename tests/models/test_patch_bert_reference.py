@@ -18,7 +18,7 @@ import shutil
 import numpy as np
 import pytest
 from helpers import minilm_dir, reference_import
-from torch_hooks import hooked, keeper
+from torch_hooks import hooked, keeper, pattern_hooks
 
 from qkv_cli.errors import QkvError
 from qkv_cli.models import load_model
@@ -111,17 +111,7 @@ class Hooked:
 
             hooks = [(mods["attn"], "pre", heads)]
         else:  # pattern: z_i = alpha_i(clean) V_i, V of this run (value's output)
-            values = {}
-
-            def keep_v(module, args, out):
-                values["V"] = out[0, :, cols]
-
-            def pattern(module, args):
-                z = args[0].clone()
-                z[0, :, cols] = clean[("alpha", l)][i] @ values["V"]
-                return (z, *args[1:])
-
-            hooks = [(mods["v"], "post", keep_v), (mods["attn"], "pre", pattern)]
+            hooks = pattern_hooks(mods["v"], mods["attn"], clean[("alpha", l)][i], cols)
         return self.forward(ids, hooks).logits[0, at].numpy()
 
 

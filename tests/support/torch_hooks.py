@@ -29,3 +29,20 @@ def keeper(seen: dict):
         return fn
 
     return keep
+
+
+def pattern_hooks(v_module, o_module, alpha, cols) -> list:
+    """The hooks of a --what pattern patch: each query's head output z_i = alpha_i V_i, with alpha the clean run's
+    weights of the head and V this run's (the v projection's output, kept by the first hook; the second writes z
+    into the attention output's input, in the head's columns `cols`)."""
+    values = {}
+
+    def keep_v(module, args, out):
+        values["V"] = out[0, :, cols]
+
+    def pattern(module, args):
+        z = args[0].clone()
+        z[0, :, cols] = alpha @ values["V"]
+        return (z, *args[1:])
+
+    return [(v_module, "post", keep_v), (o_module, "pre", pattern)]

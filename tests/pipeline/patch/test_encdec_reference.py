@@ -17,7 +17,7 @@ import pytest
 from decoders import float64_everywhere
 from encdecs import build
 from helpers import BuiltOnce, reference_import
-from torch_hooks import hooked, keeper
+from torch_hooks import hooked, keeper, pattern_hooks
 
 from qkv_cli.models import load_model
 from qkv_cli.pipeline.patch.encdec import patch
@@ -104,17 +104,7 @@ class Hooked:
 
             hooks = [(o, "pre", heads)]
         else:  # pattern: z_j = alpha_j(clean) V_j, V of this run (the v projection's output)
-            values = {}
-
-            def keep_v(module, args, out):
-                values["V"] = out[0, :, cols]
-
-            def pattern(module, args):
-                z = args[0].clone()
-                z[0, :, cols] = clean[("alpha", l)][i] @ values["V"]
-                return (z, *args[1:])
-
-            hooks = [(proj["v"], "post", keep_v), (o, "pre", pattern)]
+            hooks = pattern_hooks(proj["v"], o, clean[("alpha", l)][i], cols)
         return self.forward(src, dec, hooks).logits[0, -1].numpy()
 
 
