@@ -2,7 +2,7 @@
 written, then dropped, so the output never holds more than one layer beside what a table's run holds.
 
 The text is the same, byte for byte, as views.model.emit_run writes from a finished run (the same json_doc,
-write_json and csv_rows): the first layer opens the document (its settings, the tokens, "layers": {), each layer
+write_json and csv_text): the first layer opens the document (its settings, the tokens, "layers": {), each layer
 adds its matrices, and finish(run) closes it with what only the end of the pass knows (ids, attentions ...)."""
 
 from __future__ import annotations
