@@ -3,6 +3,7 @@
     python bench/dequant.py                          # Q4_0, Q4_K, Q6_K, Q8_0; a 4096 x 1024 tensor; 9 repeats
     python bench/dequant.py --types Q4_0 Q8_0 --rows 4096 --cols 4096 --repeats 15
     python bench/dequant.py --gguf FILE.gguf         # every tensor of those types in a real checkpoint
+    python bench/dequant.py --processes 5            # five fresh processes: each ratio's median, lowest, highest
 
 Each synthetic tensor is random bytes in the type's block layout, its fp16 scales set to finite values (d in
 2^-12..2^-4, as real checkpoints have); with --gguf, the file's own tensors of each type (read with gguf-py's
@@ -11,8 +12,11 @@ dequantize(raw, kind, shape) (models/quants/dequantize.py: a new array, as gguf-
 float32 buffer (`out=`, as a layer's weights are read), and gguf.quants.dequantize(blocks, type); first the results
 are checked equal bit for bit, for every type before any is timed. Printed: values/s of each and the ratios
 (target: qkv >= 3x gguf-py), by wall time and by the calling thread's CPU time (time.thread_time: all three run on
-that one thread). The machine is shared: when other processes take the cores, a call's wall time counts the time
-it waited for one, and the CPU time is the steadier measure of the work; see the load.
+that one thread). With --processes N, N fresh processes in turn, each measuring as above: values/s are the median of
+their medians, and each ratio is followed by the lowest and highest process's (one process's C allocator state and
+memory layout moves a ratio by up to a third on this machine). The machine is shared: when other processes take
+the cores, a call's wall time counts the time it waited for one, and the CPU time is the steadier measure of the
+work; see the load.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from machine import without_openblas_env
 without_openblas_env()  # before NumPy is imported
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -72,14 +78,7 @@ def from_file(path: Path, kinds) -> dict:  # -> {kind: [(raw, shape, blocks)]}: 
     return found
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_K", "Q6_K", "Q8_0"], choices=sorted(SCALES))
-    ap.add_argument("--rows", type=int, default=4096)
-    ap.add_argument("--cols", type=int, default=1024)
-    ap.add_argument("--gguf", type=Path, default=None, help="time this file's tensors instead of random ones")
-    ap.add_argument("--repeats", type=int, default=9)
-    args = ap.parse_args()
+def measure(args) -> list[dict]:  # -> per type: its values, tensors and median seconds (wall, CPU) of each
     try:
         import gguf.quants
         from gguf.constants import GGMLQuantizationType
@@ -89,8 +88,8 @@ def main() -> None:
 
     from qkv_cli.models.quants.dequantize import dequantize
 
-    print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
-    print(f"BLAS: {[(i['internal_api'], i.get('architecture'), i['num_threads']) for i in threadpool_info()]}")
+    if not args.json:
+        print(f"BLAS: {[(i['internal_api'], i.get('architecture'), i['num_threads']) for i in threadpool_info()]}")
     tensors = from_file(args.gguf, args.types) if args.gguf else synthetic(args.types, args.rows, args.cols)
     calls = []
     for kind, group in tensors.items():  # every type checked (and so warmed up) before any is timed: the
@@ -120,19 +119,62 @@ def main() -> None:
         for _ in range(args.repeats):  # alternating, so that a burst of other load hits all three
             for name, fn in fns:
                 times[name].append(timed(fn))
-        rows.append((kind, count, n_tensors, times))
+        medians = {k: [statistics.median(t[at] for t in v) for at in (0, 1)] for k, v in times.items()}
+        rows.append({"kind": kind, "values": count, "tensors": n_tensors, "seconds": medians})
+    return rows
+
+
+def report(runs: list[list[dict]]) -> None:
+    """Markdown tables: values/s (the median over runs of each run's median) and qkv / gguf-py, with the lowest
+    and highest run's ratio in brackets when there are several runs."""
+
+    def ratio(values):
+        mid = f"{statistics.median(values):.2f}x"
+        return mid if len(values) == 1 else f"{mid} ({min(values):.2f}-{max(values):.2f})"
+
     for what, at in (("wall time", 0), ("CPU time", 1)):
         print(
             f"\nby {what}:\n| type | tensors | values | qkv, new array (values/s) | qkv, out= (values/s) | "
             "gguf-py (values/s) | qkv / gguf-py | qkv out= / gguf-py |\n|---|---|---|---|---|---|---|---|"
         )
-        for kind, n, n_tensors, times in rows:
-            mo, mi, mt = (statistics.median(t[at] for t in times[k]) for k in ("new", "out", "gguf"))
+        for i, first in enumerate(runs[0]):
+            rows = [run[i]["seconds"] for run in runs]
+            n = first["values"]
+            speed = {k: statistics.median(n / r[k][at] for r in rows) for k in ("new", "out", "gguf")}
+            new, out = (ratio([r["gguf"][at] / r[k][at] for r in rows]) for k in ("new", "out"))
             print(
-                f"| {kind} | {n_tensors} | {n:,} | {n / mo:,.0f} | {n / mi:,.0f} | {n / mt:,.0f} | {mt / mo:.2f}x "
-                f"| {mt / mi:.2f}x |"
+                f"| {first['kind']} | {first['tensors']} | {n:,} | {speed['new']:,.0f} | {speed['out']:,.0f} "
+                f"| {speed['gguf']:,.0f} | {new} | {out} |"
             )
-    print(f"{args.gguf or f'{args.rows} x {args.cols} values per tensor'}, median of {args.repeats}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--types", nargs="+", default=["Q4_0", "Q4_K", "Q6_K", "Q8_0"], choices=sorted(SCALES))
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--cols", type=int, default=1024)
+    ap.add_argument("--gguf", type=Path, default=None, help="time this file's tensors instead of random ones")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument(
+        "--processes", type=int, default=1, help="measure in this many fresh processes, one after the other"
+    )
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one process's medians, for --processes
+    args = ap.parse_args()
+    if args.json:
+        print(json.dumps(measure(args)))
+        return
+    print(f"load average at start: {Path('/proc/loadavg').read_text().split()[:3]}")
+    runs = [measure(args)] if args.processes == 1 else []
+    child = ["--types", *args.types, "--rows", str(args.rows), "--cols", str(args.cols), "--repeats", str(args.repeats)]
+    child += ["--gguf", str(args.gguf)] if args.gguf else []
+    for _ in range(args.processes if args.processes > 1 else 0):  # each a fresh interpreter and C allocator
+        done = subprocess.run([sys.executable, __file__, *child, "--json"], capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(done.stderr.strip() or done.stdout.strip())
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    report(runs)
+    what = args.gguf or f"{args.rows} x {args.cols} values per tensor"
+    print(f"{what}, {len(runs)} process(es), median of {args.repeats} in each")
     print(f"load average at end: {Path('/proc/loadavg').read_text().split()[:3]}")
 
 
