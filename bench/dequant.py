@@ -13,10 +13,9 @@ float32 buffer (`out=`, as a layer's weights are read), and gguf.quants.dequanti
 are checked equal bit for bit, for every type before any is timed. Printed: values/s of each and the ratios
 (target: qkv >= 3x gguf-py), by wall time and by the calling thread's CPU time (time.thread_time: all three run on
 that one thread). With --processes N, N fresh processes in turn, each measuring as above: values/s are the median of
-their medians, and each ratio is followed by the lowest and highest process's (one process's C allocator state and
-memory layout moves a ratio by up to a third on this machine). The machine is shared: when other processes take
-the cores, a call's wall time counts the time it waited for one, and the CPU time is the steadier measure of the
-work; see the load.
+their medians, and each ratio is followed by the lowest and highest process's (on this machine a ratio moves by up
+to a third from one process to the next). The machine is shared: when other processes take the cores, a call's
+wall time counts the time it waited for one, and the CPU time is the steadier measure of the work; see the load.
 """
 
 from __future__ import annotations
@@ -160,6 +159,8 @@ def main() -> None:
     )
     ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one process's medians, for --processes
     args = ap.parse_args()
+    if args.processes < 1:
+        ap.error("--processes must be 1 or more")
     if args.json:
         print(json.dumps(measure(args)))
         return
