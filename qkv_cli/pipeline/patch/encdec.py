@@ -173,7 +173,7 @@ def patch(model, clean: str, corrupted: str, target: str | None, answer: str, wr
         metric_clean=clean_value, metric_corrupted=corr_value, answer=(a_id, a_label),
         wrong=None if w_id is None else (w_id, w_label), clean=clean, corrupted=corrupted,
         labels_clean=tuple(labels[0]), labels_corrupted=tuple(labels[1]), model=model.name, n_layers=L, tau=tau,
-        G=tau, attention=weights, side=side, target=target or "",
+        G=tau, answer_position=(m - 1, m - 1), attention=weights, side=side, target=target or "",
         sources=(tuple(tok_c.labels), tuple(tok_x.labels)), decoder=tuple(dec_labels),
     )  # fmt: skip
 

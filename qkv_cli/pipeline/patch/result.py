@@ -29,13 +29,13 @@ class Patching:
     n_layers: int
     tau: int
     G: int
+    answer_position: tuple[int, int]  # where the metric is read: (clean, corrupted) positions (a decoder's)
     attention: tuple | None = None  # (clean, corrupted) weights, each (L, tau, m, m), when asked for (the page)
     side: str | None = None  # an encoder-decoder's patched attention: encoder, decoder or cross (pipeline.patch.encdec)
     target: str | None = None  # an encoder-decoder's teacher-forced target (the decoder's tokens are the labels)
     sources: tuple | None = None  # an encoder-decoder's (clean, corrupted) source labels
     decoder: tuple | None = None  # an encoder-decoder's decoder tokens: its start token, then the target's
     pairs: list | None = None  # prompts of two lengths: [clean position, corrupted position] per column (pairs.py)
-    answer_position: tuple[int, int] = (-1, -1)  # where the metric is read: (clean, corrupted) positions
 
     @property
     def m(self) -> int:

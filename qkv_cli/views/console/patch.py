@@ -49,7 +49,7 @@ def header(p: Patching) -> list[str]:
     else:
         shape = pairing(p)
     a_c, a_x = p.answer_position
-    if a_c in (-1, p.m - 1) and a_x in (-1, len(p.labels_corrupted) - 1):
+    if a_c == p.m - 1 and a_x == len(p.labels_corrupted) - 1:
         at = "the last position"
     else:
         also = "" if a_c == a_x else f", {a_x} in the corrupted run"

@@ -135,6 +135,7 @@ def check(name, built, side, whats=EVERY, direction="denoise") -> dict:
     m_c = metric(hooked.forward(ids_c, dec).logits[0, -1].numpy(), *result.answer[:1], result.wrong[0])
     m_x = metric(hooked.forward(ids_x, dec).logits[0, -1].numpy(), *result.answer[:1], result.wrong[0])
     np.testing.assert_allclose([result.metric_clean, result.metric_corrupted], [m_c, m_x], atol=1e-8, rtol=0)
+    assert result.answer_position == (len(dec) - 1, len(dec) - 1)  # the decoder's last position, read above
     for what in whats:
         got = result.recovery[what]
         raw = np.array([[metric(hooked.patched(dst_ids, dec, source, what, l, i), result.answer[0], result.wrong[0])
