@@ -32,13 +32,10 @@ class Runner:
     """A forward pass in pieces: embed, layers start..L-1 (one with an edit), one position's logits (a decoder's
     next-token scores, an encoder's masked-LM scores)."""
 
-    def __init__(self, model, m: int, kernel: str = "vectorized"):
-        from qkv_cli.models.model import layer_masks
-
+    def __init__(self, model, kernel: str = "vectorized"):
         self.model, self.kernel = model, kernel
         self.fam, self.p, self.c = model.family, model.params, model.config
-        self.masks = layer_masks(self.fam, self.c, m, m, model.dtype)
-        self._masks = {m: self.masks}  # by prompt length (prompts of two lengths)
+        self._masks = {}  # each layer's mask by prompt length (prompts of two lengths), made when first needed
         self.causal, self.head = answer_head(model)
 
     def block(self, l: int, x, edit=None):  # [m, d] -> [m, d]
@@ -145,9 +142,9 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
     decoder's last, a masked LM's [MASK]; pipeline.patch.pairs)."""
     metric = metric or ("logit-diff" if wrong is not None else "prob")
     what = check_options(what, metric, direction, wrong)
-    causal, _ = answer_head(model)
+    runner = Runner(model, kernel)  # refuses a model patching cannot measure, before any text is read
     tok_c, tok_x = model.tokenize(clean), model.tokenize(corrupted)
-    pairs = pair_positions(model, tok_c, tok_x, position, causal, what)
+    pairs = pair_positions(model, tok_c, tok_x, position, runner.causal, what)
     m_c, m_x = len(tok_c.ids), len(tok_x.ids)
     c = model.config
     a_id, a_label = one_token(model, answer, "--answer")
@@ -159,7 +156,6 @@ def patch(model, clean: str, corrupted: str, answer: str, wrong: str | None = No
     extra = c.n_layers * c.n_heads * (m_c * m_c + m_x * m_x) * model.dtype.itemsize if attention else 0
     check_memory(model, needed_bytes(model, m, what) + extra, limit, HINTS, what=f"qkv patch ({m} tokens, "
                  f"--what {' '.join(what)})", given=("fewer --what",) if len(what) == 1 else ())  # fmt: skip
-    runner = Runner(model, m_c, kernel)
     src_ids, dst_ids = (tok_c.ids, tok_x.ids) if direction == "denoise" else (tok_x.ids, tok_c.ids)
     ats = (pairs.at_clean, pairs.at_corrupted)  # where each run's metric is read
     src_at, dst_at = ats if direction == "denoise" else ats[::-1]

@@ -74,7 +74,7 @@ def test_the_recording_pass_is_the_plain_forward(bert):
 
     ids = bert.tokenize(CLEAN).ids
     plain = bert.forward(ids)
-    hidden, _ = engine.Runner(bert, len(ids)).run(ids, Recorder(WHAT, bert.config.n_layers))
+    hidden, _ = engine.Runner(bert).run(ids, Recorder(WHAT, bert.config.n_layers))
     for l in range(bert.config.n_layers + 1):
         np.testing.assert_array_equal(hidden[l], plain.hidden_states[l])
 

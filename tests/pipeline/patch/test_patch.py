@@ -125,7 +125,7 @@ def test_the_recording_pass_is_the_plain_forward(gpt2):
 
     ids = gpt2.tokenize(CLEAN).ids
     plain = gpt2.forward(ids)
-    runner = engine.Runner(gpt2, len(ids))
+    runner = engine.Runner(gpt2)
     hidden, _ = runner.run(ids, Recorder(WHAT, gpt2.config.n_layers))
     L = gpt2.config.n_layers
     for l in range(L - 1):
