@@ -245,8 +245,9 @@ def csv_text(result: Result, show, heads, lead: tuple = ()):
     "sink" with no key. lead: the first fields of every row (a checkpoint's layer, a batch's sentence). The text is
     csv.writer's, made without it: the labels are quoted once, a row's values turned into Python floats at once
     (the value is repr(float), masked ones "-inf"): under a microsecond a number, against 6 with csv.writer."""
-    labels = [csv_field(s) for s in result.labels]
-    key_labels = labels if result.key_labels is result.labels else [csv_field(s) for s in result.key_labels]
+    queries, keys_of = result.labels, result.key_labels  # each a new list: quoted once, and once if they are equal
+    labels = [csv_field(s) for s in queries]
+    key_labels = labels if keys_of == queries else [csv_field(s) for s in keys_of]
     tau = result.tau
     for name in show:
         key = SHOW_NAMES[name]
