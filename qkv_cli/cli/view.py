@@ -27,7 +27,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     from qkv_cli.api.arguments import size_of
     from qkv_cli.api.commands import execute
     from qkv_cli.api.show import page
-    from qkv_cli.views.page.html import check_page_path, write_page, written
+    from qkv_cli.views.page.html import check_page_path, write_page
 
     check_page_path(out)
     limit = size_of(max_page_size, "--max-page-size")
@@ -42,8 +42,7 @@ def view(text: TextArg = None, *, opts: Opts, out: PageOpt = "attention.html", o
     run = execute(req, model)
     noted(run.result)
     shown = page(run, layer=first)
-    write_page(shown.html, shown.holds, out, limit)
-    typer.echo(written(out, shown.html, shown.holds), err=True)
+    typer.echo(write_page(shown.html, shown.holds, out, limit), err=True)
     if open_:
         import webbrowser
 

@@ -60,8 +60,7 @@ def _figure(cmp: Comparison, head: int | None) -> str:  # -> the figure of views
 
 def save(cmp: Comparison, path, head: int | None = None, top: int = 10, max_bytes: int = MAX_PAGE) -> str:
     """Write the page atomically, unless it would exceed max_bytes; returns the line the CLI prints."""
-    from qkv_cli.views.page.html import write_page, written
+    from qkv_cli.views.page.html import write_page
 
-    page, holds = render(cmp, head, top), "A and B side by side, B - A"
-    write_page(page, holds, path, max_bytes, what="comparison's page", hints="shorter texts")
-    return written(path, page, holds)
+    holds = "A and B side by side, B - A"
+    return write_page(render(cmp, head, top), holds, path, max_bytes, what="comparison's page", hints="shorter texts")

@@ -87,5 +87,4 @@ def save_page(result: Result, path, max_bytes: int = html.MAX_PAGE, **options) -
     """Write the page atomically, unless it would exceed max_bytes; return the one line qkv view prints (its
     size and what it holds). options: see page_data."""
     page, holds = rendered(result, **options)
-    html.write_page(page, holds, path, max_bytes)
-    return html.written(path, page, holds)
+    return html.write_page(page, holds, path, max_bytes)

@@ -198,13 +198,6 @@ def contents(doc: dict) -> str:
     return batch + shape + (", " + " and ".join(kinds) if kinds else "")
 
 
-def written(path, page: str, holds: str) -> str:
-    """The line qkv view prints: the page's size and what it holds (contents)."""
-    from qkv_cli.core.budget import human
-
-    return f"wrote {path} ({human(len(page.encode('utf-8')))}: {holds}; open it in a browser)"
-
-
 def write_page(
     page: str,
     holds: str,
@@ -213,10 +206,11 @@ def write_page(
     option: str = "--max-page-size",
     what: str = "page",
     hints: str = "a shorter text",
-) -> None:
+) -> str:
     """Write a rendered page atomically, unless it exceeds max_bytes: refused in the one shape of every output
     above its limit (core.output_size.too_large; holds: what it holds; option: the limit's flag or keyword; what:
-    the page's name and hints: how to make it smaller, in the refusal)."""
+    the page's name and hints: how to make it smaller, in the refusal). Returns the line saying what was written."""
+    from qkv_cli.core.budget import human
     from qkv_cli.core.output_size import too_large
     from qkv_cli.views.export.writing import atomic_write
 
@@ -225,3 +219,4 @@ def write_page(
         raise too_large(what, len(data), holds, max_bytes, option, hints)
     with atomic_write(path) as handle:
         handle.write(data)
+    return f"wrote {path} ({human(len(data))}: {holds}; open it in a browser)"

@@ -52,8 +52,7 @@ def render(p: Patching) -> str:
 def save(p: Patching, path, max_bytes: int = MAX_PAGE, option: str = "--max-page-size") -> str:
     """Write the page atomically, unless it would exceed max_bytes (refused as every page is: views.page.html's
     write_page); returns the line the CLI prints."""
-    from qkv_cli.views.page.html import write_page, written
+    from qkv_cli.views.page.html import write_page
 
-    page = render(p)
-    write_page(page, HOLDS, path, max_bytes, option, what="patching page", hints="shorter prompts or fewer --what")
-    return written(path, page, HOLDS)
+    hints = "shorter prompts or fewer --what"
+    return write_page(render(p), HOLDS, path, max_bytes, option, what="patching page", hints=hints)
