@@ -8,7 +8,8 @@ C loop of ggml's reference dequantize_row_q8_0 (each block's fp16 scale converte
 written to a temporary folder, built with `cc -O3 -march=native -shared` and called through ctypes. Each shape's
 random Q8_0 tensor (bench/dequant.py's) is dequantized by the C loop, by qkv into a reused buffer (`out=`) and by
 gguf.quants.dequantize, all three checked equal bit for bit, then timed alternating by the calling thread's CPU
-time; printed: the medians and the ratios to gguf-py. Needs a C compiler (cc) and gguf-py.
+time; printed: the medians and the ratios to gguf-py. Needs a C compiler (cc), an x86-64 processor with F16C
+(the fp16 conversion, _cvtsh_ss) and gguf-py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pages import open_page
 from typer.testing import CliRunner
 
 pytestmark = pytest.mark.browser
@@ -23,13 +24,7 @@ def test_both_runs_draw_side_by_side(browser, tmp_path):
     path = tmp_path / "compare.html"
     r = CliRunner().invoke(app, ["compare", a, b, "--heads", "4", "--d", "32", "--causal", "--page", str(path)])
     assert r.exit_code == 0, r.output
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = context.new_page()
-    errors, requests = [], []
-    page.on("console", lambda m: m.type in ("error", "warning") and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("request", lambda q: requests.append(q.url))
-    page.goto(path.resolve().as_uri())
+    page, errors, requests = open_page(browser, path, 1400, 1000)
     page.wait_for_timeout(500)
     frames = [f for f in page.frames if f is not page.main_frame]
     assert len(frames) == 2
@@ -41,4 +36,4 @@ def test_both_runs_draw_side_by_side(browser, tmp_path):
         assert np.abs(np.array(flat).reshape(shape)[0] - want).max() <= 2e-3  # the page's 12-bit weights
     assert "B - A" in page.inner_text("h1") and page.locator("img").count() == 1
     assert errors == [] and [u for u in requests if not u.startswith(("file:", "data:", "about:"))] == []
-    context.close()
+    page.context.close()

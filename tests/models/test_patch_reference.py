@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from decoders import build, float64_everywhere, float64_twin
 from helpers import BuiltOnce, reference_import, smollm2_gguf
-from torch_hooks import hooked, keeper
+from torch_hooks import hooked, keeper, pattern_hooks
 
 from qkv_cli.models import load_model
 from qkv_cli.pipeline.patch.engine import patch
@@ -125,19 +125,10 @@ class Hooked:
 
             hooks = [(o, "pre", heads)]
         else:  # pattern: z_j = alpha_j(clean) V_g(j), V of this run (v_proj's output)
-            values = {}
             vmod, first = proj["v"]
             g = i // (self.tau // self.G)
-
-            def keep_v(module, args, out):
-                values["V"] = out[0, :, first + g * dk : first + (g + 1) * dk]
-
-            def pattern(module, args):
-                z = args[0].clone()
-                z[0, :, i * dk : (i + 1) * dk] = clean[("alpha", l)][i] @ values["V"]
-                return (z, *args[1:])
-
-            hooks = [(vmod, "post", keep_v), (o, "pre", pattern)]
+            cols, v_cols = slice(i * dk, (i + 1) * dk), slice(first + g * dk, first + (g + 1) * dk)
+            hooks = pattern_hooks(vmod, o, clean[("alpha", l)][i], cols, v_cols)
         return self.forward(ids, hooks).logits[0, -1].numpy()
 
 

@@ -31,14 +31,16 @@ def keeper(seen: dict):
     return keep
 
 
-def pattern_hooks(v_module, o_module, alpha, cols) -> list:
+def pattern_hooks(v_module, o_module, alpha, cols, v_cols=None) -> list:
     """The hooks of a --what pattern patch: each query's head output z_i = alpha_i V_i, with alpha the clean run's
-    weights of the head and V this run's (the v projection's output, kept by the first hook; the second writes z
-    into the attention output's input, in the head's columns `cols`)."""
+    weights of the head and V this run's (the v projection's output in columns `v_cols`, default `cols`: with
+    grouped key/value heads, the head's group; kept by the first hook; the second writes z into the attention
+    output's input, in the head's columns `cols`)."""
     values = {}
+    v_cols = cols if v_cols is None else v_cols
 
     def keep_v(module, args, out):
-        values["V"] = out[0, :, cols]
+        values["V"] = out[0, :, v_cols]
 
     def pattern(module, args):
         z = args[0].clone()

@@ -36,7 +36,7 @@ GGML_NAMES = (
     "IQ4_NL IQ3_S IQ2_S IQ4_XS I8 I16 I32 I64 F64 IQ1_M BF16 Q4_0_4_4 Q4_0_4_8 Q4_0_8_8 TQ1_0 TQ2_0 IQ4_NL_4_4 "
     "IQ4_NL_4_8 IQ4_NL_8_8 MXFP4 NVFP4 Q1_0"
 ).split()
-CHUNK_BYTES = 1 << 18  # input bytes per chunk (1-2 MB of float32 out): fastest of 64 KB .. 1 MB in bench/dequant.py
+CHUNK_BYTES = 1 << 18  # input bytes per chunk (1-2 MB of float32 out): fastest of 16 KB .. 1 MB in bench/dequant.py
 
 
 def ggml_name(type_id: int) -> str:

@@ -1,6 +1,7 @@
 """The intervention points of activation patching, and the two edits a family's block calls at them.
 
-A family's block calls edit(point, value) -> value (models.decoder.block, models.gpt2.block, models.attention):
+A family's block calls edit(point, value) -> value (models.families: decoder.block, gpt2.block, bert.block;
+models.layers.attention for the attention's points):
 
     "qkv"    (Q [tau, m, d_k], K [G, m, d_k], V [G, m, d_k])   what the scores and the output use (after RoPE)
     "heads"  (z [tau, m, d_k], alpha [tau, m, n], V)  -> z     each head's output z_j = alpha_j V_g(j)
@@ -19,7 +20,8 @@ What one patch replaces (one --what, one layer l, one index):
 
 The sub-layer's points are per position; so are the norms after them, so patching before or after a norm is the
 same patch. Q and K are patched after QK-norm and RoPE: at one position both are per token and per position, so
-this is the same patch as at the projection's output (W^q x), the two prompts having one length.
+this is the same patch as at the projection's output (W^q x) wherever a pair keeps its position (prompts of two
+lengths whose common end moves are refused for q and k on RoPE models: pipeline.patch.pairs).
 
 Prompts of two lengths (pipeline.patch.pairs): position i is the i-th pair, source position s_i copied into its
 partner t_i; heads, q, k, v copy head j's rows at every pair and leave the unpaired positions as they were.
